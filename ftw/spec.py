@@ -1,0 +1,80 @@
+"""FTW v1 constants: the byte layout, the dtype table and the codecs, in one place.
+
+docs/FORMAT.md is the prose version of this module; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+MAJOR = 1
+MINOR = 0
+
+ALIGNMENT = 4096  # every blob starts on this boundary (mmap, O_DIRECT, pinned copies)
+PREAMBLE_MAGIC = b"FTW\x00"
+PREAMBLE = struct.Struct("<4sHH56x")  # magic, major, minor, zero padding: 64 bytes at offset 0
+FOOTER_MAGIC = b"FTWINDEX"
+# magic, major, minor, flags, index_offset, index_nbytes, index_xxh3, reserved(16), footer_xxh3
+FOOTER = struct.Struct("<8sHHIQQQ16xQ")
+assert PREAMBLE.size == 64 and FOOTER.size == 64
+
+MAX_INDEX_NBYTES = 64 << 20  # a reader refuses a larger index before reading it
+MIN_FILE_NBYTES = ALIGNMENT + FOOTER.size  # preamble page + footer, with an empty index at least
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    itemsize: int
+    numpy: str  # the numpy dtype a zero-copy view uses; formats numpy lacks are viewed as uints
+    torch: str  # the torch dtype name the loader views it as
+
+
+_DTYPES = [
+    DType("bf16", 2, "<u2", "bfloat16"),
+    DType("f16", 2, "<f2", "float16"),
+    DType("f32", 4, "<f4", "float32"),
+    DType("f64", 8, "<f8", "float64"),
+    DType("f8_e4m3", 1, "u1", "float8_e4m3fn"),
+    DType("f8_e5m2", 1, "u1", "float8_e5m2"),
+    DType("e8m0", 1, "u1", "uint8"),  # raw exponent bytes: a numeric cast would destroy them
+    DType("u8", 1, "u1", "uint8"),
+    DType("i8", 1, "i1", "int8"),
+    DType("u16", 2, "<u2", "uint16"),
+    DType("i16", 2, "<i2", "int16"),
+    DType("u32", 4, "<u4", "uint32"),
+    DType("i32", 4, "<i4", "int32"),
+    DType("u64", 8, "<u8", "uint64"),
+    DType("i64", 8, "<i8", "int64"),
+    DType("bool", 1, "u1", "bool"),
+]
+DTYPES: dict[str, DType] = {d.name: d for d in _DTYPES}
+
+# Codecs of a bank. Compressed banks keep each expert row an independent zstd frame, found
+# through a row table of E + 1 little-endian u64 offsets relative to the blob's start.
+RAW = "raw"
+ZSTD = "zstd"
+ZSTD_BYTESPLIT = "zstd-bytesplit"  # 16-bit rows split into low-byte then high-byte planes first
+CODECS = (RAW, ZSTD, ZSTD_BYTESPLIT)
+
+CHECKSUM = "xxh3_64"
+
+
+def dtype(name: str) -> DType:
+    from .errors import UnsupportedError
+
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise UnsupportedError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})") from None
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    return np.dtype(dtype(name).numpy)
+
+
+def align_up(n: int, alignment: int = ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
