@@ -1,0 +1,425 @@
+"""Reading FTW v1 containers: open from the footer and index alone, data through a memory map.
+
+Opening reads three small ranges (preamble, footer, index) whatever the file size, and checks
+every offset, size, dtype and shape in the index before any of it is used: a file from a
+stranger can make ``open`` or ``verify`` raise a FormatError, never read outside the file.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from math import prod
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import xxhash
+
+from . import spec
+from .errors import ChecksumError, FormatError, FtwError
+from .formats import LayerFormat, ModelShape
+
+
+@dataclass(frozen=True)
+class Blob:
+    offset: int
+    nbytes: int
+    xxh3: str
+
+
+@dataclass(frozen=True)
+class BankInfo:
+    layer: int
+    name: str
+    dtype: str
+    shape: tuple[int, ...]  # [E, *row_shape]
+    codec: str
+    blob: Blob
+    row_table: Blob | None  # compressed banks only
+
+    @property
+    def num_experts(self) -> int:
+        return self.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        return self.shape[1:]
+
+    @property
+    def row_nbytes(self) -> int:
+        return prod(self.row_shape) * spec.DTYPES[self.dtype].itemsize
+
+    @property
+    def raw_nbytes(self) -> int:
+        return self.row_nbytes * self.num_experts
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    blob: Blob
+    meta: dict
+
+
+class _Index:
+    """Validates the index JSON, naming the offending path, before anything uses it."""
+
+    def __init__(self, path: str, data_end: int):
+        self.path = path
+        self.data_end = data_end
+        self.extents: list[tuple[int, int, str]] = []
+
+    def fail(self, where: str, msg: str) -> FormatError:
+        return FormatError(f"{self.path}: index {where}: {msg}")
+
+    def obj(self, v: Any, where: str) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(where, "expected an object")
+        return v
+
+    def int(self, v: Any, where: str) -> int:
+        if type(v) is not int or v < 0:
+            raise self.fail(where, f"expected a non-negative integer, got {v!r:.40}")
+        return v
+
+    def blob(self, v: Any, where: str) -> Blob:
+        d = self.obj(v, where)
+        offset = self.int(d.get("offset"), where + ".offset")
+        nbytes = self.int(d.get("nbytes"), where + ".nbytes")
+        digest = d.get("xxh3")
+        if not isinstance(digest, str) or len(digest) != 16:
+            raise self.fail(where, "xxh3 must be 16 hex digits")
+        try:
+            int(digest, 16)
+        except ValueError:
+            raise self.fail(where, "xxh3 must be 16 hex digits") from None
+        if offset % spec.ALIGNMENT:
+            raise self.fail(where, f"offset {offset} is not {spec.ALIGNMENT}-aligned")
+        if offset < spec.ALIGNMENT or offset + nbytes > self.data_end:
+            raise self.fail(
+                where, f"bytes [{offset}, {offset + nbytes}) outside the data area "
+                f"[{spec.ALIGNMENT}, {self.data_end})"
+            )
+        if nbytes:
+            self.extents.append((offset, offset + nbytes, where))
+        return Blob(offset, nbytes, digest)
+
+    def dtype_shape(self, d: dict, where: str) -> tuple[str, tuple[int, ...]]:
+        dt = d.get("dtype")
+        if dt not in spec.DTYPES:
+            raise self.fail(where, f"unknown dtype {dt!r}")
+        shape = d.get("shape")
+        if not isinstance(shape, list) or len(shape) > 8:
+            raise self.fail(where, "shape must be a list of at most 8 dimensions")
+        return dt, tuple(self.int(x, where + ".shape") for x in shape)
+
+    def check_overlaps(self) -> None:
+        self.extents.sort()
+        for (s0, e0, w0), (s1, e1, w1) in zip(self.extents, self.extents[1:]):
+            if s1 < e0:
+                raise FormatError(f"{self.path}: index: {w1} overlaps {w0}")
+
+
+class FtwFile:
+    """An open FTW container. Use as a context manager or call close()."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            raise FtwError(f"{self.path}: cannot open: {e.strerror}") from None
+        self._mm: mmap.mmap | None = None
+        self._tables: dict[tuple[int, str], np.ndarray] = {}
+        try:
+            self._read_index()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # -- opening ------------------------------------------------------------------------
+    def _pread(self, n: int, offset: int) -> bytes:
+        data = os.pread(self._fd, n, offset)
+        if len(data) != n:
+            raise FormatError(f"{self.path}: short read at offset {offset}")
+        return data
+
+    def _read_index(self) -> None:
+        self.size = os.fstat(self._fd).st_size
+        if self.size < spec.MIN_FILE_NBYTES:
+            raise FormatError(
+                f"{self.path}: {self.size} bytes is too small for an FTW file "
+                f"(at least {spec.MIN_FILE_NBYTES}); truncated?"
+            )
+        magic, major, _minor = spec.PREAMBLE.unpack(self._pread(spec.PREAMBLE.size, 0))
+        if magic != spec.PREAMBLE_MAGIC:
+            raise FormatError(f"{self.path}: not an FTW file (bad magic {magic!r})")
+        footer = self._pread(spec.FOOTER.size, self.size - spec.FOOTER.size)
+        fmagic, major, minor, _flags, offset, nbytes, index_hash, footer_hash = spec.FOOTER.unpack(footer)
+        if fmagic != spec.FOOTER_MAGIC:
+            raise FormatError(f"{self.path}: no FTW footer at the end of the file (truncated?)")
+        if xxhash.xxh3_64_intdigest(footer[:-8]) != footer_hash:
+            raise ChecksumError(f"{self.path}: footer checksum mismatch")
+        if major != spec.MAJOR:
+            raise FormatError(
+                f"{self.path}: FTW major version {major}; this ftw reads version {spec.MAJOR}"
+            )
+        self.version = (major, minor)
+        if nbytes > spec.MAX_INDEX_NBYTES:
+            raise FormatError(
+                f"{self.path}: index of {nbytes} bytes exceeds the cap of {spec.MAX_INDEX_NBYTES}"
+            )
+        if offset < spec.ALIGNMENT or offset + nbytes != self.size - spec.FOOTER.size:
+            raise FormatError(
+                f"{self.path}: index [{offset}, {offset + nbytes}) must end where the footer "
+                f"starts ({self.size - spec.FOOTER.size}); truncated or appended to?"
+            )
+        raw = self._pread(nbytes, offset)
+        if xxhash.xxh3_64_intdigest(raw) != index_hash:
+            raise ChecksumError(f"{self.path}: index checksum mismatch")
+        try:
+            index = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise FormatError(f"{self.path}: index is not valid JSON: {e}") from None
+        self._parse(index, _Index(self.path, offset))
+
+    def _parse(self, index: Any, v: _Index) -> None:
+        index = v.obj(index, "root")
+        self.model = None
+        if index.get("model") is not None:
+            self.model = ModelShape.from_json(index["model"], f"{self.path}: index model")
+        self.provenance = index.get("provenance") if isinstance(index.get("provenance"), dict) else {}
+
+        formats = v.obj(index.get("layer_quant_formats", {}), "layer_quant_formats")
+        layers = v.obj(index.get("layers", {}), "layers")
+        self.layer_formats: dict[int, LayerFormat] = {}
+        self.layers: dict[int, dict[str, BankInfo]] = {}
+        for key, entry in layers.items():
+            where = f"layers.{key}"
+            layer = _layer_id(key, v, where)
+            if key not in formats:
+                raise v.fail(where, "has no entry in layer_quant_formats")
+            self.layer_formats[layer] = LayerFormat.from_json(formats[key], f"{self.path}: {where}")
+            banks = v.obj(v.obj(entry, where).get("banks"), where + ".banks")
+            self.layers[layer] = {
+                name: self._bank(layer, name, d, v, f"{where}.banks.{name}") for name, d in banks.items()
+            }
+            experts = {b.num_experts for b in self.layers[layer].values()}
+            if len(experts) > 1:
+                raise v.fail(where, f"banks disagree on the expert count: {sorted(experts)}")
+        extra = set(formats) - set(layers)
+        if extra:
+            raise v.fail("layer_quant_formats", f"layer {sorted(extra)[0]} has a format but no banks")
+
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, d in v.obj(index.get("tensors", {}), "tensors").items():
+            where = f"tensors.{name}"
+            d = v.obj(d, where)
+            dt, shape = v.dtype_shape(d, where)
+            blob = v.blob(d, where)
+            if blob.nbytes != prod(shape) * spec.DTYPES[dt].itemsize:
+                raise v.fail(where, f"{blob.nbytes} bytes do not hold {dt} {list(shape)}")
+            meta = d.get("meta") if isinstance(d.get("meta"), dict) else {}
+            self.tensors[name] = TensorInfo(name, dt, shape, blob, meta)
+
+        self.attachments: dict[str, Blob] = {
+            name: v.blob(d, f"attachments.{name}")
+            for name, d in v.obj(index.get("attachments", {}), "attachments").items()
+        }
+        v.check_overlaps()
+
+    def _bank(self, layer: int, name: str, d: Any, v: _Index, where: str) -> BankInfo:
+        d = v.obj(d, where)
+        dt, shape = v.dtype_shape(d, where)
+        if not shape:
+            raise v.fail(where, "a bank's shape starts with the expert count")
+        codec = d.get("codec")
+        if codec not in spec.CODECS:
+            raise v.fail(where, f"unknown codec {codec!r}")
+        blob = v.blob(d, where)
+        info = BankInfo(layer, name, dt, shape, codec, blob, None)
+        if codec == spec.RAW:
+            if blob.nbytes != info.raw_nbytes:
+                raise v.fail(where, f"{blob.nbytes} bytes do not hold {dt} {list(shape)}")
+            return info
+        table = v.blob(d.get("row_table"), where + ".row_table")
+        if table.nbytes != 8 * (info.num_experts + 1):
+            raise v.fail(where, f"row table of {table.nbytes} bytes for {info.num_experts} experts")
+        return BankInfo(layer, name, dt, shape, codec, blob, table)
+
+    # -- data ---------------------------------------------------------------------------
+    @property
+    def mm(self) -> mmap.mmap:
+        if self._mm is None:
+            self._mm = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+        return self._mm
+
+    def blob_bytes(self, blob: Blob) -> memoryview:
+        return memoryview(self.mm)[blob.offset : blob.offset + blob.nbytes]
+
+    def bank_info(self, layer: int, name: str) -> BankInfo:
+        try:
+            return self.layers[layer][name]
+        except KeyError:
+            if layer not in self.layers:
+                raise FtwError(f"{self.path}: no MoE layer {layer} (has {sorted(self.layers)})") from None
+            raise FtwError(
+                f"{self.path}: layer {layer} ({self.layer_formats[layer]}) has no bank {name!r} "
+                f"(has {sorted(self.layers[layer])})"
+            ) from None
+
+    def bank(self, layer: int, name: str) -> np.ndarray:
+        """[E, *row_shape]: a zero-copy view of the map for raw banks, decompressed otherwise."""
+        info = self.bank_info(layer, name)
+        dt = spec.numpy_dtype(info.dtype)
+        if info.codec == spec.RAW:
+            return np.frombuffer(self.mm, dtype=dt, count=prod(info.shape), offset=info.blob.offset).reshape(info.shape)
+        out = np.empty(info.shape, dtype=dt)
+        for e in range(info.num_experts):
+            self.read_row_into(info, e, out[e])
+        return out
+
+    def expert_row(self, layer: int, name: str, expert: int) -> np.ndarray:
+        info = self.bank_info(layer, name)
+        if not 0 <= expert < info.num_experts:
+            raise FtwError(f"{self.path}: layer {layer} bank {name}: no expert {expert} (E={info.num_experts})")
+        if info.codec == spec.RAW:
+            offset = info.blob.offset + expert * info.row_nbytes
+            count = prod(info.row_shape)
+            return np.frombuffer(self.mm, spec.numpy_dtype(info.dtype), count, offset).reshape(info.row_shape)
+        out = np.empty(info.row_shape, dtype=spec.numpy_dtype(info.dtype))
+        self.read_row_into(info, expert, out)
+        return out
+
+    def row_frame(self, info: BankInfo, expert: int) -> memoryview:
+        """The stored (compressed) bytes of one expert row."""
+        table = self._row_table(info)
+        start, end = int(table[expert]), int(table[expert + 1])
+        return memoryview(self.mm)[info.blob.offset + start : info.blob.offset + end]
+
+    def read_row_into(self, info: BankInfo, expert: int, out: np.ndarray) -> None:
+        """Decode expert's row into out (any array of row_nbytes bytes, contiguous)."""
+        dst = out.reshape(-1).view(np.uint8)
+        if info.codec == spec.RAW:
+            start = info.blob.offset + expert * info.row_nbytes
+            dst[:] = np.frombuffer(self.mm, np.uint8, info.row_nbytes, start)
+            return
+        import zstandard
+
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(
+                self.row_frame(info, expert), max_output_size=info.row_nbytes
+            )
+        except zstandard.ZstdError as e:
+            raise FormatError(
+                f"{self.path}: layer {info.layer} bank {info.name} expert {expert}: corrupt zstd frame ({e})"
+            ) from None
+        if len(raw) != info.row_nbytes:
+            raise FormatError(
+                f"{self.path}: layer {info.layer} bank {info.name} expert {expert}: row decodes to "
+                f"{len(raw)} bytes, expected {info.row_nbytes}"
+            )
+        if info.codec == spec.ZSTD_BYTESPLIT:
+            itemsize = spec.DTYPES[info.dtype].itemsize
+            dst[:] = np.frombuffer(raw, np.uint8).reshape(itemsize, -1).T.reshape(-1)
+        else:
+            dst[:] = np.frombuffer(raw, np.uint8)
+
+    def _row_table(self, info: BankInfo) -> np.ndarray:
+        key = (info.layer, info.name)
+        if key not in self._tables:
+            t = np.frombuffer(self.mm, "<u8", info.num_experts + 1, info.row_table.offset)
+            if t[0] != 0 or t[-1] != info.blob.nbytes or np.any(np.diff(t.astype(np.int64)) < 0) or np.any(t > info.blob.nbytes):
+                raise FormatError(
+                    f"{self.path}: layer {info.layer} bank {info.name}: row table does not "
+                    f"partition the bank's {info.blob.nbytes} bytes"
+                )
+            self._tables[key] = t
+        return self._tables[key]
+
+    def tensor(self, name: str) -> np.ndarray:
+        try:
+            info = self.tensors[name]
+        except KeyError:
+            raise FtwError(f"{self.path}: no tensor {name!r}") from None
+        dt = spec.numpy_dtype(info.dtype)
+        return np.frombuffer(self.mm, dt, prod(info.shape), info.blob.offset).reshape(info.shape)
+
+    def attachment(self, name: str) -> bytes:
+        try:
+            return bytes(self.blob_bytes(self.attachments[name]))
+        except KeyError:
+            raise FtwError(f"{self.path}: no attachment {name!r} (has {sorted(self.attachments)})") from None
+
+    # -- integrity ----------------------------------------------------------------------
+    def blobs(self) -> Iterator[tuple[str, Blob]]:
+        """Every blob with a label naming what it holds: 'layer 3 bank gate_up', 'tensor x'."""
+        for layer, banks in sorted(self.layers.items()):
+            for name, b in banks.items():
+                yield f"layer {layer} bank {name}", b.blob
+                if b.row_table is not None:
+                    yield f"layer {layer} bank {name} row table", b.row_table
+        for name, t in self.tensors.items():
+            yield f"tensor {name}", t.blob
+        for name, blob in self.attachments.items():
+            yield f"attachment {name}", blob
+
+    def verify(self, threads: int | None = None, progress: Callable[[int], None] | None = None) -> int:
+        """Check every blob's checksum (and every compressed bank's row table); returns bytes
+        checked. Raises ChecksumError naming the first bad blob in file order."""
+        items = sorted(self.blobs(), key=lambda x: x[1].offset)
+        progress = progress or (lambda n: None)
+        chunk = 64 << 20
+
+        def check(item: tuple[str, Blob]) -> str | None:
+            label, blob = item
+            h = xxhash.xxh3_64()
+            view = self.blob_bytes(blob)
+            for start in range(0, blob.nbytes, chunk):
+                part = view[start : start + chunk]
+                h.update(part)
+                progress(len(part))
+            return None if h.hexdigest() == blob.xxh3 else label
+
+        with ThreadPoolExecutor(threads or min(4, os.cpu_count() or 1)) as pool:
+            for label in pool.map(check, items):
+                if label is not None:
+                    raise ChecksumError(f"{self.path}: {label}: checksum mismatch (data corrupt)")
+        for banks in self.layers.values():
+            for b in banks.values():
+                if b.row_table is not None:
+                    self._row_table(b)
+        return sum(b.nbytes for _, b in items)
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # zero-copy views still alive keep the map; it goes with them
+            self._mm = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "FtwFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _layer_id(key: str, v: _Index, where: str) -> int:
+    if not key.isdigit() or len(key) > 9:
+        raise v.fail(where, "layer keys are decimal layer indices")
+    return int(key)
+
+
+def open(path: str | os.PathLike) -> FtwFile:  # noqa: A001 - mirrors the builtin, as gguf/safetensors do
+    return FtwFile(path)

@@ -1,0 +1,116 @@
+"""An output file that appears at its destination complete, or not at all.
+
+Where the OS allows (Linux O_TMPFILE), the data is written to an anonymous inode in the
+destination folder and linked into place only at commit: a SIGKILL mid-write leaves no file
+behind at all. Elsewhere a hidden temporary file beside the destination is used, removed on
+any exception. Either way the destination is created (or replaced, when asked) by one
+rename, after an fsync, so an existing file is never damaged.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from ftw.errors import DestinationExistsError, FtwError
+
+
+class AtomicFile:
+    def __init__(self, path: str | os.PathLike, *, force: bool = False):
+        self.path = os.path.abspath(os.fspath(path))
+        self.force = force
+        self.folder = os.path.dirname(self.path)
+        if os.path.isdir(self.path):
+            raise DestinationExistsError(f"{self.path}: is a folder, expected a file path")
+        if os.path.exists(self.path) and not force:
+            raise DestinationExistsError(f"{self.path}: exists (use --force to replace it)")
+        if not os.path.isdir(self.folder):
+            raise FtwError(f"{self.path}: folder {self.folder} does not exist")
+        self._named_tmp: str | None = None
+        if _anonymous_files_link(self.folder):
+            self.fd = os.open(self.folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        else:
+            self._named_tmp = self._hidden_name()
+            self.fd = os.open(self._named_tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+
+    def _hidden_name(self) -> str:
+        return os.path.join(self.folder, f".{os.path.basename(self.path)}.{secrets.token_hex(4)}.tmp")
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        return total
+
+    def commit(self) -> None:
+        os.fsync(self.fd)
+        if self._named_tmp is None:
+            # link the anonymous inode under a hidden name, then rename: rename is the only
+            # step that can replace the destination, and it is atomic
+            tmp = self._hidden_name()
+            os.link(f"/proc/self/fd/{self.fd}", tmp)
+            self._named_tmp = tmp
+        os.close(self.fd)
+        self.fd = -1
+        try:
+            if self.force:
+                os.replace(self._named_tmp, self.path)
+            else:
+                # link() fails if the destination appeared meanwhile: never clobber it
+                try:
+                    os.link(self._named_tmp, self.path)
+                except FileExistsError:
+                    raise DestinationExistsError(
+                        f"{self.path}: appeared while converting; not replaced (use --force)"
+                    ) from None
+                os.unlink(self._named_tmp)
+            self._named_tmp = None
+            _fsync_dir(self.folder)
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self._named_tmp is not None:
+            try:
+                os.unlink(self._named_tmp)
+            except FileNotFoundError:
+                pass
+            self._named_tmp = None
+
+
+_LINKABLE: dict[int, bool] = {}
+
+
+def _anonymous_files_link(folder: str) -> bool:
+    """Whether an O_TMPFILE inode in folder can later be linked into place. Some kernels and
+    sandboxes (gVisor) create the inode but refuse the link, so probe once per filesystem."""
+    dev = os.stat(folder).st_dev
+    if dev not in _LINKABLE:
+        probe = os.path.join(folder, f".ftw-probe.{secrets.token_hex(4)}")
+        try:
+            fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        except (AttributeError, OSError):
+            _LINKABLE[dev] = False
+        else:
+            try:
+                os.link(f"/proc/self/fd/{fd}", probe)
+                os.unlink(probe)
+                _LINKABLE[dev] = True
+            except OSError:
+                _LINKABLE[dev] = False
+            finally:
+                os.close(fd)
+    return _LINKABLE[dev]
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,207 @@
+"""Streaming writer of FTW v1 containers (docs/FORMAT.md).
+
+Banks are written the moment they are added, row by row from the reader's zero-copy views,
+so memory stays bounded by one bank's rows in flight (one layer at most with compression).
+The index is written last, followed by a fixed-size footer that points at it; the file only
+appears at its destination when ``close()`` commits it (writers/atomic.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+import xxhash
+
+from ftw import spec
+from ftw.banks import BankSource, LayerBanks, SourceTensor
+from ftw.errors import FtwError, SourceError
+from ftw.formats import ModelShape
+
+from .atomic import AtomicFile
+
+Progress = Callable[[int], None]  # called with source bytes consumed since the last call
+
+# compression that saves less than this is not worth a decompression on every load
+MIN_SAVING = 0.03
+
+
+def _bytes(piece) -> memoryview:
+    return memoryview(np.ascontiguousarray(piece)).cast("B")
+
+
+def split_planes(row: memoryview, itemsize: int) -> bytes:
+    """Byte-plane split: all bytes 0 of each item, then all bytes 1, ... (zstd finds the
+    repetitive exponent bytes of bf16 when they sit together)."""
+    a = np.frombuffer(row, dtype=np.uint8).reshape(-1, itemsize)
+    return a.T.tobytes()
+
+
+class FtwWriter:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        force: bool = False,
+        compress_level: int | None = None,
+        threads: int | None = None,
+        progress: Progress | None = None,
+    ):
+        self._file = AtomicFile(path, force=force)
+        self.path = self._file.path
+        self._pos = 0
+        self._level = compress_level
+        self._threads = threads or min(8, os.cpu_count() or 1)
+        self._progress = progress or (lambda n: None)
+        self._index: dict = {
+            "model": None,
+            "layer_quant_formats": {},
+            "layers": {},
+            "tensors": {},
+            "attachments": {},
+            "provenance": {},
+        }
+        self._names: set[str] = set()
+        self._write(spec.PREAMBLE.pack(spec.PREAMBLE_MAGIC, spec.MAJOR, spec.MINOR))
+
+    # -- low level ----------------------------------------------------------------------
+    def _write(self, data) -> None:
+        self._pos += self._file.write(data)
+
+    def _align(self) -> int:
+        pad = spec.align_up(self._pos) - self._pos
+        if pad:
+            self._write(bytes(pad))
+        return self._pos
+
+    def _blob(self, chunks: Iterable) -> dict:
+        """Write chunks as one aligned blob; returns its {offset, nbytes, xxh3}."""
+        offset = self._align()
+        h = xxhash.xxh3_64()
+        for c in chunks:
+            h.update(c)
+            self._write(c)
+        return {"offset": offset, "nbytes": self._pos - offset, "xxh3": h.hexdigest()}
+
+    # -- public -------------------------------------------------------------------------
+    def set_model(self, model: ModelShape) -> None:
+        self._index["model"] = model.to_json()
+
+    def set_provenance(self, provenance: Mapping) -> None:
+        self._index["provenance"] = dict(provenance)
+
+    def add_layer(self, layer: LayerBanks) -> None:
+        key = str(layer.layer)
+        if key in self._index["layers"]:
+            raise FtwError(f"{self.path}: layer {layer.layer} added twice")
+        banks = {}
+        for name, bank in layer.banks.items():
+            where = f"layer {layer.layer} bank {name}"
+            banks[name] = self._write_bank(bank, where)
+        self._index["layers"][key] = {"banks": banks}
+        self._index["layer_quant_formats"][key] = layer.format.to_json()
+
+    def add_tensor(self, tensor: SourceTensor) -> None:
+        self._unique("tensor", tensor.name)
+        data = _bytes(tensor.data())
+        if len(data) != tensor.nbytes:
+            raise SourceError(
+                f"tensor {tensor.name}: {len(data)} bytes, expected {tensor.nbytes} "
+                f"for {tensor.dtype} {list(tensor.shape)}"
+            )
+        desc = {"dtype": tensor.dtype, "shape": list(tensor.shape), **self._blob([data])}
+        if tensor.meta:
+            desc["meta"] = tensor.meta
+        self._index["tensors"][tensor.name] = desc
+        self._progress(len(data))
+
+    def add_attachment(self, name: str, data: bytes) -> None:
+        self._unique("attachment", name)
+        self._index["attachments"][name] = self._blob([memoryview(data).cast("B")])
+
+    def close(self) -> None:
+        """Write the index and footer, then move the file into place."""
+        index = json.dumps(self._index, separators=(",", ":"), sort_keys=True).encode()
+        if len(index) > spec.MAX_INDEX_NBYTES:
+            raise FtwError(f"{self.path}: index of {len(index)} bytes exceeds the format's cap")
+        offset = self._pos
+        self._write(index)
+        body = spec.FOOTER.pack(
+            spec.FOOTER_MAGIC, spec.MAJOR, spec.MINOR, 0, offset, len(index),
+            xxhash.xxh3_64_intdigest(index), 0,
+        )
+        footer_hash = xxhash.xxh3_64_intdigest(body[: spec.FOOTER.size - 8])
+        self._write(body[:-8] + footer_hash.to_bytes(8, "little"))
+        self._file.commit()
+
+    def abort(self) -> None:
+        self._file.abort()
+
+    def __enter__(self) -> "FtwWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- banks --------------------------------------------------------------------------
+    def _unique(self, kind: str, name: str) -> None:
+        if (kind, name) in self._names:
+            raise FtwError(f"{self.path}: {kind} {name!r} added twice")
+        self._names.add((kind, name))
+
+    def _rows(self, bank: BankSource, where: str):
+        for e in range(bank.num_experts):
+            pieces = [_bytes(p) for p in bank.row(e)]
+            got = sum(len(p) for p in pieces)
+            if got != bank.row_nbytes:
+                raise SourceError(
+                    f"{where} expert {e}: row of {got} bytes, expected {bank.row_nbytes} "
+                    f"({bank.dtype} {list(bank.row_shape)})"
+                )
+            yield pieces
+
+    def _write_bank(self, bank: BankSource, where: str) -> dict:
+        desc = {"dtype": bank.dtype, "shape": [bank.num_experts, *bank.row_shape]}
+        if self._level is not None and bank.nbytes:
+            compressed = self._compress_bank(bank, where)
+            if compressed is not None:
+                return {**desc, **compressed}
+
+        def chunks():
+            for pieces in self._rows(bank, where):
+                yield from pieces
+                self._progress(bank.row_nbytes)
+
+        return {**desc, "codec": spec.RAW, **self._blob(chunks())}
+
+    def _compress_bank(self, bank: BankSource, where: str) -> dict | None:
+        import zstandard
+
+        itemsize = spec.dtype(bank.dtype).itemsize
+        codec = spec.ZSTD_BYTESPLIT if itemsize == 2 else spec.ZSTD
+        level = self._level
+
+        def compress(pieces: list[memoryview]) -> bytes:
+            row = pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
+            if codec == spec.ZSTD_BYTESPLIT:
+                row = split_planes(row, itemsize)
+            # one context per call: ZstdCompressor objects are not thread-safe
+            return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(row)
+
+        with ThreadPoolExecutor(self._threads) as pool:
+            frames = list(pool.map(compress, self._rows(bank, where)))
+        stored = sum(len(f) for f in frames)
+        if stored > bank.nbytes * (1 - MIN_SAVING):
+            return None  # incompressible (packed 4-bit data often is): keep it raw
+        blob = self._blob(frames)
+        table = np.zeros(bank.num_experts + 1, dtype="<u8")
+        table[1:] = np.cumsum([len(f) for f in frames])
+        row_table = self._blob([memoryview(table).cast("B")])
+        self._progress(bank.nbytes)
+        return {"codec": codec, **blob, "row_table": row_table}
