@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
@@ -92,12 +93,10 @@ class _Index:
         offset = self.int(d.get("offset"), where + ".offset")
         nbytes = self.int(d.get("nbytes"), where + ".nbytes")
         digest = d.get("xxh3")
-        if not isinstance(digest, str) or len(digest) != 16:
-            raise self.fail(where, "xxh3 must be 16 hex digits")
-        try:
-            int(digest, 16)
-        except ValueError:
-            raise self.fail(where, "xxh3 must be 16 hex digits") from None
+        # int(x, 16) would also take "0x..", "_", signs and upper case, none of which can
+        # ever equal a hexdigest(): refuse them here rather than as a checksum mismatch later
+        if not isinstance(digest, str) or not _HEX16.fullmatch(digest):
+            raise self.fail(where, "xxh3 must be 16 lower-case hex digits")
         if offset % spec.ALIGNMENT:
             raise self.fail(where, f"offset {offset} is not {spec.ALIGNMENT}-aligned")
         if offset < spec.ALIGNMENT or offset + nbytes > self.data_end:
@@ -116,7 +115,11 @@ class _Index:
         shape = d.get("shape")
         if not isinstance(shape, list) or len(shape) > 8:
             raise self.fail(where, "shape must be a list of at most 8 dimensions")
-        return dt, tuple(self.int(x, where + ".shape") for x in shape)
+        dims = tuple(self.int(x, where + ".shape") for x in shape)
+        # numpy cannot even describe a larger array, empty or not (a zero dim does not help)
+        if prod(max(x, 1) for x in dims) * spec.DTYPES[dt].itemsize >= 1 << 63:
+            raise self.fail(where, f"shape {list(dims)} is too large for any array")
+        return dt, dims
 
     def check_overlaps(self) -> None:
         self.extents.sort()
@@ -156,9 +159,14 @@ class FtwFile:
                 f"{self.path}: {self.size} bytes is too small for an FTW file "
                 f"(at least {spec.MIN_FILE_NBYTES}); truncated?"
             )
-        magic, major, _minor = spec.PREAMBLE.unpack(self._pread(spec.PREAMBLE.size, 0))
+        magic, pmajor, pminor = spec.PREAMBLE.unpack(self._pread(spec.PREAMBLE.size, 0))
         if magic != spec.PREAMBLE_MAGIC:
             raise FormatError(f"{self.path}: not an FTW file (bad magic {magic!r})")
+        # a later major may move or reshape the footer: refuse it before reading the footer
+        if pmajor != spec.MAJOR:
+            raise FormatError(
+                f"{self.path}: FTW major version {pmajor}; this ftw reads version {spec.MAJOR}"
+            )
         footer = self._pread(spec.FOOTER.size, self.size - spec.FOOTER.size)
         fmagic, major, minor, _flags, offset, nbytes, index_hash, footer_hash = spec.FOOTER.unpack(footer)
         if fmagic != spec.FOOTER_MAGIC:
@@ -168,6 +176,11 @@ class FtwFile:
         if major != spec.MAJOR:
             raise FormatError(
                 f"{self.path}: FTW major version {major}; this ftw reads version {spec.MAJOR}"
+            )
+        if (pmajor, pminor) != (major, minor):
+            # the preamble is outside every checksum: this is how a flip in it is caught
+            raise FormatError(
+                f"{self.path}: preamble says version {pmajor}.{pminor}, footer {major}.{minor}"
             )
         self.version = (major, minor)
         if nbytes > spec.MAX_INDEX_NBYTES:
@@ -250,6 +263,9 @@ class FtwFile:
         table = v.blob(d.get("row_table"), where + ".row_table")
         if table.nbytes != 8 * (info.num_experts + 1):
             raise v.fail(where, f"row table of {table.nbytes} bytes for {info.num_experts} experts")
+        if info.raw_nbytes > spec.ZSTD_MAX_RATIO * blob.nbytes:
+            # no zstd frame expands further: the shape lies, and trusting it would allocate it
+            raise v.fail(where, f"{blob.nbytes} compressed bytes cannot hold {dt} {list(shape)}")
         return BankInfo(layer, name, dt, shape, codec, blob, table)
 
     # -- data ---------------------------------------------------------------------------
@@ -311,19 +327,23 @@ class FtwFile:
             return
         import zstandard
 
+        where = f"{self.path}: layer {info.layer} bank {info.name} expert {expert}"
+        frame = self.row_frame(info, expert)
         try:
-            raw = zstandard.ZstdDecompressor().decompress(
-                self.row_frame(info, expert), max_output_size=info.row_nbytes
-            )
+            # decompress() allocates what the frame header claims: check the claim first
+            declared = zstandard.frame_content_size(frame)
         except zstandard.ZstdError as e:
+            raise FormatError(f"{where}: corrupt zstd frame header ({e})") from None
+        if declared != info.row_nbytes:
             raise FormatError(
-                f"{self.path}: layer {info.layer} bank {info.name} expert {expert}: corrupt zstd frame ({e})"
-            ) from None
-        if len(raw) != info.row_nbytes:
-            raise FormatError(
-                f"{self.path}: layer {info.layer} bank {info.name} expert {expert}: row decodes to "
-                f"{len(raw)} bytes, expected {info.row_nbytes}"
+                f"{where}: zstd frame declares {declared} bytes, the row has {info.row_nbytes}"
             )
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=info.row_nbytes)
+        except zstandard.ZstdError as e:
+            raise FormatError(f"{where}: corrupt zstd frame ({e})") from None
+        if len(raw) != info.row_nbytes:
+            raise FormatError(f"{where}: row decodes to {len(raw)} bytes, expected {info.row_nbytes}")
         if info.codec == spec.ZSTD_BYTESPLIT:
             itemsize = spec.DTYPES[info.dtype].itemsize
             dst[:] = np.frombuffer(raw, np.uint8).reshape(itemsize, -1).T.reshape(-1)
@@ -415,9 +435,13 @@ class FtwFile:
         self.close()
 
 
+_HEX16 = re.compile("[0-9a-f]{16}")
+
+
 def _layer_id(key: str, v: _Index, where: str) -> int:
-    if not key.isdigit() or len(key) > 9:
-        raise v.fail(where, "layer keys are decimal layer indices")
+    # str.isdigit() also takes "²" and Arabic-Indic digits, and "03" would alias "3"
+    if not (key.isascii() and key.isdigit() and len(key) <= 9) or key != str(int(key)):
+        raise v.fail(where, "layer keys are decimal layer indices without leading zeros")
     return int(key)
 
 

@@ -22,6 +22,9 @@ FOOTER = struct.Struct("<8sHHIQQQ16xQ")
 assert PREAMBLE.size == 64 and FOOTER.size == 64
 
 MAX_INDEX_NBYTES = 64 << 20  # a reader refuses a larger index before reading it
+# zstd's densest frame is RLE blocks, 4 bytes for 128 KiB: no frame decodes to more than this
+# many times its size, so a compressed bank whose shape claims more is refused at open
+ZSTD_MAX_RATIO = 1 << 15
 MIN_FILE_NBYTES = ALIGNMENT + FOOTER.size  # preamble page + footer, with an empty index at least
 
 

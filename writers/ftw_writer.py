@@ -127,6 +127,8 @@ class FtwWriter:
         index = json.dumps(self._index, separators=(",", ":"), sort_keys=True).encode()
         if len(index) > spec.MAX_INDEX_NBYTES:
             raise FtwError(f"{self.path}: index of {len(index)} bytes exceeds the format's cap")
+        if self._pos < spec.ALIGNMENT:
+            self._align()  # no blobs: the index still starts after the preamble page
         offset = self._pos
         self._write(index)
         body = spec.FOOTER.pack(
