@@ -147,6 +147,94 @@ def verify(file: str, threads: int | None, as_json: bool) -> None:
         out.print(f"[green]ok[/] {file}: {n} blobs, {human(checked)} checked")
 
 
+# -- convert ------------------------------------------------------------------------------
+def parse_compress(text: str | None) -> int | None:
+    if text is None:
+        return None
+    name, _, level = text.partition(":")
+    if name != "zstd" or (level and not level.lstrip("-").isdigit()):
+        raise FtwError(f"--compress: expected zstd or zstd:LEVEL, got {text!r}")
+    return int(level) if level else 3
+
+
+@cli.command()
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option("--layers", help="Only these MoE layers, e.g. 0-3,10 (their non-expert tensors too).")
+@click.option("--experts-only", is_flag=True, help="Leave out non-expert tensors.")
+@click.option("--compress", help="zstd or zstd:LEVEL: compress each expert row where it pays.")
+@click.option("--threads", type=int, help="Compression threads.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--force", is_flag=True, help="Replace DST if it exists.")
+@click.option("--json", "as_json", is_flag=True)
+def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, as_json) -> None:
+    """Convert a checkpoint (HF folder, .gguf, first file of a split .gguf) into DST.ftw."""
+    import os
+
+    from ftw.errors import DestinationExistsError
+    from readers import open_checkpoint
+    from writers.convert import plan_conversion, write_plan
+
+    level = parse_compress(compress)
+    if not dry_run and os.path.exists(dst) and not force:
+        raise DestinationExistsError(f"{dst}: exists (use --force to replace it)")
+    with open_checkpoint(src) as reader:
+        plan = plan_conversion(reader, parse_layers(layers), experts_only)
+        if not dry_run:
+            total = plan.expert_nbytes + plan.tensor_nbytes
+            with progress_bar(total, "convert", as_json) as advance:
+                write_plan(plan, reader, dst, force=force, compress_level=level, threads=threads,
+                           progress=lambda n=0, layers=0: advance(n, layers, len(plan.layers)))
+    result = plan.to_json() | {"destination": None if dry_run else dst, "dry_run": dry_run}
+    if as_json:
+        emit_json(result)
+        return
+    t = Table(title=("Plan (dry run: nothing written)" if dry_run else f"Converted into {dst}"), title_justify="left")
+    for c in ("layer", "format", "options", "banks", "expert bytes"):
+        t.add_column(c, justify="right" if c in ("layer", "expert bytes") else "left")
+    for row in result["layers"]:
+        t.add_row(str(row["layer"]), row["format"], json.dumps(row["options"]) if row["options"] else "",
+                  ", ".join(row["banks"]), human(row["nbytes"]))
+    out.print(t)
+    out.print(f"{len(plan.layers)} MoE layers from {plan.reader}: experts {human(plan.expert_nbytes)}, "
+              f"{len(plan.tensors)} other tensors {human(plan.tensor_nbytes)}, "
+              f"attachments: {', '.join(sorted(plan.attachments)) or 'none'}")
+
+
+# -- check --------------------------------------------------------------------------------
+@cli.command()
+@click.argument("src", type=click.Path())
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--experts", default=3, show_default=True, help="Experts per layer to dequantize and compare.")
+@click.option("--threads", type=int)
+@click.option("--json", "as_json", is_flag=True)
+def check(src, file, experts, threads, as_json) -> None:
+    """Prove FILE holds SRC's experts: checksums, bit-exact banks, dequantized samples."""
+    import ftw
+    from ftw.check import check as run_check
+
+    with ftw.open(file) as f:
+        total = sum(b.nbytes for _, b in f.blobs())
+    with progress_bar(total, "check", as_json) as advance:
+        report = run_check(src, file, experts=experts, threads=threads, progress=advance)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        t = Table(title=f"ftw check {src} -> {file}", title_justify="left")
+        for c in ("layer", "format", "banks", "bytes compared", "experts dequantized", "max |error|", "result"):
+            t.add_column(c, justify="left" if c in ("format", "result") else "right")
+        for r in report.layers.values():
+            t.add_row(str(r.layer), r.format, str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
+                      f"{r.max_abs_err:.3g}", "[green]ok[/]" if r.ok else f"[red]{r.problems[0]}[/]")
+        out.print(t)
+        out.print(f"container checksums ok; {report.tensors_compared} other tensors "
+                  f"({human(report.tensor_bytes_compared)}) and {report.attachments_compared} attachments compared")
+    if not report.ok:
+        bad = [p for r in report.layers.values() for p in (f"layer {r.layer}: {x}" for x in r.problems)]
+        raise FtwError(f"{file}: {len(bad) + len(report.problems)} mismatch(es) with {src}; first: "
+                       f"{(bad + report.problems)[0]}")
+
+
 def main() -> None:
     try:
         rc = cli.main(standalone_mode=False)
