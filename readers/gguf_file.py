@@ -1,0 +1,258 @@
+"""A GGUF header parser of our own: key/values, tensor infos, and zero-copy tensor views.
+
+gguf.GGUFReader builds every tensor's numpy view while it parses, so a type id it does not
+know (newer llama.cpp's Q2_0 = 42) or a tensor past the end of a truncated file raises deep
+inside the package. Parsing the header here lets every problem become one ftw error naming
+the file and the tensor, and lets nothing but the header be read at open.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from ftw.errors import SourceError, UnsupportedError
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+
+# ggml's block_q8_1 is {half d, half s, int8 qs[32]} = 36 bytes; gguf 0.19's table says 40.
+# Q8_1 is a vec-dot scratch type llama.cpp never writes, but if a file holds one, ggml's size
+# is the one the bytes follow.
+_SIZE_FIXES = {GGMLQuantizationType.Q8_1: (32, 36)}
+
+# ggml types whose values numpy can view directly, and the ftw dtype a carried tensor gets
+FLOAT_DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16", "F64": "f64",
+                "I8": "i8", "I16": "i16", "I32": "i32", "I64": "i64"}
+
+
+@dataclass(frozen=True)
+class GgmlType:
+    id: int
+    name: str
+    block: int  # values per block
+    nbytes: int  # bytes per block
+
+    @property
+    def quantized(self) -> bool:
+        return self.name not in FLOAT_DTYPES
+
+    def row_nbytes(self, n: int) -> int:
+        return n // self.block * self.nbytes
+
+
+def ggml_type(type_id: int, where: str) -> GgmlType:
+    """The ggml type of an id, refused with the tensor's name when the gguf package lacks it."""
+    try:
+        t = GGMLQuantizationType(type_id)
+        block, nbytes = _SIZE_FIXES.get(t, GGML_QUANT_SIZES[t])
+    except (ValueError, KeyError):
+        raise UnsupportedError(
+            f"{where}: ggml type id {type_id} is unknown to the installed gguf package "
+            f"(a newer llama.cpp type such as Q2_0 = 42?); upgrade gguf to read it"
+        ) from None
+    return GgmlType(type_id, t.name, block, nbytes)
+
+
+def known_types() -> list[GgmlType]:
+    return [ggml_type(t.value, "") for t in GGMLQuantizationType if t in GGML_QUANT_SIZES]
+
+
+# GGUF value types
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+            10: "<Q", 11: "<q", 12: "<d"}
+STRING, ARRAY = 8, 9
+
+
+@dataclass
+class KV:
+    key: str
+    type: int  # GGUF value type
+    value: Any  # python scalar, str, or list (numeric arrays as numpy arrays)
+    span: tuple[int, int]  # the key/value's bytes in the file, key included (copied verbatim)
+    sub_type: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type: GgmlType
+    ne: tuple[int, ...]  # ggml order: ne[0] is the fastest axis (values per row)
+    offset: int  # absolute, in the shard file
+    nbytes: int
+    shard: int
+
+    @property
+    def row_nbytes(self) -> int:
+        return self.type.row_nbytes(self.ne[0])
+
+    @property
+    def byte_shape(self) -> tuple[int, ...]:
+        """numpy (C order) shape of the raw bytes: dims reversed, the row as its byte count."""
+        return tuple(reversed(self.ne[1:])) + (self.row_nbytes,)
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over the header, naming what was being read."""
+
+    def __init__(self, buf, path: str):
+        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise SourceError(
+                f"{self.path}: truncated GGUF header: {what} needs bytes [{self.pos}, {self.pos + n}) "
+                f"but the file has {self.size}"
+            )
+
+    def unpack(self, fmt: str, what: str):
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        v = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += n
+        return v
+
+    def raw_string(self, what: str) -> bytes:
+        n = self.unpack("<Q", what)
+        self.need(n, what)
+        s = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return s
+
+    def string(self, what: str) -> str:
+        return self.raw_string(what).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, what: str) -> tuple[Any, int | None]:
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype], what), None
+        if vtype == STRING:
+            return self.string(what), None
+        if vtype == ARRAY:
+            sub = self.unpack("<I", what)
+            count = self.unpack("<Q", what)
+            if sub in _SCALARS:
+                dt = np.dtype(_SCALARS[sub])
+                self.need(count * dt.itemsize, what)
+                arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=self.pos).copy()
+                self.pos += count * dt.itemsize
+                return arr, sub
+            # each element takes at least 8 bytes (a length or a nested header): refuse
+            # absurd counts before looping over them
+            self.need(count * 8, what)
+            return [self.value(sub, what)[0] for _ in range(count)], sub
+        raise SourceError(f"{self.path}: {what}: unknown GGUF value type {vtype}")
+
+
+class GGUFFile:
+    """One .gguf file: header parsed at open, tensor bytes memory-mapped and never read here."""
+
+    def __init__(self, path: str, shard: int = 0):
+        self.path, self.shard = path, shard
+        try:
+            with open(path, "rb") as f:
+                self.size = os.fstat(f.fileno()).st_size
+                if self.size < 24:
+                    raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise SourceError(f"{path}: cannot open: {e.strerror or e}") from None
+        self.data = np.frombuffer(self._mm, dtype=np.uint8)
+        self._parse()
+
+    def _parse(self) -> None:
+        c = _Cursor(self._mm, self.path)
+        if bytes(self._mm[:4]) != MAGIC:
+            raise SourceError(f"{self.path}: not a GGUF file (magic {bytes(self._mm[:4])!r}, expected b'GGUF')")
+        c.pos = 4
+        self.version = c.unpack("<I", "version")
+        if self.version & 0xFFFF == 0:
+            raise UnsupportedError(f"{self.path}: big-endian GGUF files are not supported")
+        if self.version not in (2, 3):
+            raise UnsupportedError(f"{self.path}: GGUF version {self.version} (supported: 2, 3)")
+        n_tensors = c.unpack("<Q", "tensor count")
+        n_kv = c.unpack("<Q", "key/value count")
+        # every KV needs >= 12 bytes and every tensor info >= 24: refuse counts the file cannot hold
+        if n_kv * 12 + n_tensors * 24 > self.size:
+            raise SourceError(
+                f"{self.path}: header claims {n_kv} key/values and {n_tensors} tensors, "
+                f"more than {self.size} bytes can hold (truncated or corrupt)"
+            )
+
+        self.kv: dict[str, KV] = {}
+        for i in range(n_kv):
+            start = c.pos
+            key = c.string(f"key #{i}")
+            vtype = c.unpack("<I", f"type of key {key!r}")
+            value, sub = c.value(vtype, f"value of key {key!r}")
+            if key in self.kv:
+                raise SourceError(f"{self.path}: duplicate metadata key {key!r}")
+            self.kv[key] = KV(key, vtype, value, (start, c.pos), sub)
+
+        align = self.kv.get("general.alignment")
+        self.alignment = DEFAULT_ALIGNMENT if align is None else align.value
+        if align is not None and (align.type != 4 or self.alignment <= 0 or self.alignment & (self.alignment - 1)):
+            raise SourceError(f"{self.path}: general.alignment must be a u32 power of two, got {self.alignment!r}")
+
+        raw = []
+        for i in range(n_tensors):
+            name = c.string(f"name of tensor #{i}")
+            n_dims = c.unpack("<I", f"tensor {name}: dims")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise SourceError(f"{self.path}: tensor {name}: {n_dims} dims (GGUF allows 1..{MAX_DIMS})")
+            ne = tuple(c.unpack("<Q", f"tensor {name}: shape") for _ in range(n_dims))
+            type_id = c.unpack("<I", f"tensor {name}: type")
+            rel = c.unpack("<Q", f"tensor {name}: offset")
+            raw.append((name, ne, type_id, rel))
+        self.header_nbytes = c.pos
+        self.data_offset = -(-c.pos // self.alignment) * self.alignment
+
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, ne, type_id, rel in raw:
+            where = f"{self.path}: tensor {name}"
+            t = ggml_type(type_id, where)
+            if name in self.tensors:
+                raise SourceError(f"{self.path}: duplicate tensor {name}")
+            if ne[0] % t.block:
+                raise SourceError(
+                    f"{where}: rows of {ne[0]} values are not a whole number of {t.name} blocks of {t.block}"
+                )
+            if rel % self.alignment:
+                raise SourceError(f"{where}: data offset {rel} is not a multiple of the alignment {self.alignment}")
+            nbytes = prod(ne[1:]) * t.row_nbytes(ne[0])
+            start = self.data_offset + rel
+            if start + nbytes > self.size:
+                raise SourceError(
+                    f"{where}: data [{start}, {start + nbytes}) lies past the end of the file "
+                    f"({self.size} bytes): truncated file or bad offset"
+                )
+            self.tensors[name] = TensorInfo(name, t, ne, start, nbytes, self.shard)
+
+    def view(self, info: TensorInfo) -> np.ndarray:
+        """The tensor's bytes as a zero-copy uint8 view of the map, shaped [..., rows, row_bytes]."""
+        return self.data[info.offset:info.offset + info.nbytes].reshape(info.byte_shape)
+
+    def kv_bytes(self, key: str) -> bytes:
+        a, b = self.kv[key].span
+        return bytes(self._mm[a:b])
+
+    def close(self) -> None:
+        self.data = None
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # views handed out still hold the map; it goes when they do
+
+
+def tensorless_gguf(files: list[GGUFFile], keys: list[str]) -> bytes:
+    """A GGUF with the given keys' original bytes and no tensors: llama.cpp tools read it as is."""
+    src = {k: f for f in reversed(files) for k in f.kv}
+    body = b"".join(src[k].kv_bytes(k) for k in keys)
+    return MAGIC + struct.pack("<IQQ", files[0].version, 0, len(keys)) + body

@@ -1,0 +1,353 @@
+"""GGUF (llama.cpp) MoE checkpoints: per-layer ggml types, raw rows, split files.
+
+Every routed-expert layer becomes format ``gguf`` with its own ggml types in the options, so
+a Q4_K_M file (down Q6_K on some layers, Q4_K on others) or a dynamic quant (IQ2_XS gate/up,
+IQ4_NL down) yields one format per distinct type pair. Nothing is requantized: a bank row is
+the file's bytes. GGUF dims are reversed (ne[0] fastest), so an expert tensor in numpy order
+is [E, rows, row_bytes] and expert e is one contiguous byte range: rows are zero-copy views
+of the memory map, and a layer's bytes are only touched when its rows are fetched.
+
+The metadata (tokenizer included) is kept as the attachment ``gguf_metadata.gguf``: a GGUF
+with every key/value of the source, byte for byte, and no tensors. Chosen over JSON because
+it is lossless by construction (value types, u8 vs i32 arrays, non-UTF-8 tokens all survive)
+and llama.cpp's own tools and gguf.GGUFReader read it as it is. The ``split.*`` keys are left
+out: they describe the source's shards, and a tool reading the attachment must not go
+looking for them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable
+
+import numpy as np
+
+from ftw.banks import BankSource, LayerBanks, SourceTensor
+from ftw.errors import SourceError, UnsupportedError
+from ftw.formats import LayerFormat, ModelShape
+from ftw.spec import numpy_dtype
+
+from .base import CheckpointReader, register_opener
+from .gguf_file import FLOAT_DTYPES, KV, GGUFFile, TensorInfo, tensorless_gguf
+
+ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "gpt-oss", "deepseek2", "glm4moe", "glm-dsa",
+         "deepseek4", "glm5-next")
+METADATA_ATTACHMENT = "gguf_metadata.gguf"
+SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+# llama.cpp hard-codes gpt-oss's clamped SwiGLU (llm_build_openai_moe_iswa): no metadata key
+GPT_OSS_SWIGLU = {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+BIAS_DTYPES = {"F32": "f32", "F16": "f16"}
+
+
+def _shard_paths(path: str) -> list[str]:
+    m = SPLIT_RE.match(os.path.basename(path))
+    if not m:
+        return [path]
+    count = int(m["count"])
+    folder = os.path.dirname(path)
+    paths = [os.path.join(folder, f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise SourceError(f"{p}: shard {paths.index(p) + 1} of {count} of split GGUF {path} is missing")
+    return paths
+
+
+class _Layer:
+    """One MoE layer's expert tensors, found and checked from tensor infos alone."""
+
+    def __init__(self, layer: int, fmt: LayerFormat, parts: dict[str, list[TensorInfo]],
+                 biases: dict[str, list[TensorInfo]], I: int):
+        self.layer, self.format, self.parts, self.biases, self.I = layer, fmt, parts, biases, I
+
+    def tensors(self) -> list[TensorInfo]:
+        return [t for ts in (*self.parts.values(), *self.biases.values()) for t in ts]
+
+
+class GgufReader(CheckpointReader):
+    def __init__(self, path: str):
+        self.path = path
+        self._files: list[GGUFFile] = []
+        try:
+            for i, p in enumerate(_shard_paths(path)):
+                self._files.append(GGUFFile(p, shard=i))
+            self._check_shards()
+            self._infos: dict[str, TensorInfo] = {}
+            for f in self._files:
+                for name, info in f.tensors.items():
+                    if name in self._infos:
+                        raise SourceError(f"{f.path}: tensor {name} is also in {self._files[self._infos[name].shard].path}")
+                    self._infos[name] = info
+            self.kv: dict[str, KV] = {}
+            for f in self._files:  # the first shard holds the model's metadata: it wins
+                for k, v in f.kv.items():
+                    self.kv.setdefault(k, v)
+            self.arch = self._str("general.architecture")
+            self.model = self._read_shape()
+            self._layers: dict[int, _Layer] = {}
+            for layer in self.model.moe_layers:
+                self._layers[layer] = self._resolve(layer)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"gguf/{self.arch}"
+
+    def _check_shards(self) -> None:
+        first = self._files[0]
+        if len(self._files) == 1 and "split.count" not in first.kv:
+            return
+        count = first.kv.get("split.count")
+        if count is None or int(count.value) != len(self._files):
+            raise SourceError(
+                f"{first.path}: split.count is {count and count.value}, but the file name says "
+                f"{len(self._files)} shards"
+            )
+        for i, f in enumerate(self._files):
+            no = f.kv.get("split.no")
+            if no is None or int(no.value) != i:
+                raise SourceError(f"{f.path}: split.no is {no and no.value}, expected {i}")
+        total = first.kv.get("split.tensors.count")
+        have = sum(len(f.tensors) for f in self._files)
+        if total is not None and int(total.value) != have:
+            raise SourceError(f"{first.path}: split.tensors.count says {total.value} tensors, the shards hold {have}")
+
+    def _get(self, key: str, required: bool = True):
+        kv = self.kv.get(key)
+        if kv is None:
+            if required:
+                raise SourceError(f"{self.path}: metadata key {key} is missing")
+            return None
+        return kv.value
+
+    def _str(self, key: str) -> str:
+        v = self._get(key)
+        if not isinstance(v, str):
+            raise SourceError(f"{self.path}: metadata key {key} must be a string, got {v!r:.60}")
+        return v
+
+    def _int(self, key: str, default: int | None = None) -> int:
+        v = self._get(key, required=default is None)
+        if v is None:
+            return default  # type: ignore[return-value]
+        if isinstance(v, (bool, float, str, list, np.ndarray)) or v < 0:
+            raise SourceError(f"{self.path}: metadata key {key} must be a non-negative integer, got {v!r:.60}")
+        return int(v)
+
+    def _read_shape(self) -> ModelShape:
+        a = self.arch
+        if f"{a}.expert_count" not in self.kv:
+            raise UnsupportedError(
+                f"{self.path}: architecture {a!r} has no {a}.expert_count: not a MoE model "
+                f"(supported: {', '.join(ARCHS)})"
+            )
+        H = self._int(f"{a}.embedding_length")
+        E = self._int(f"{a}.expert_count")
+        top_k = self._int(f"{a}.expert_used_count")
+        n_layers = self._int(f"{a}.block_count")
+        lead = self._int(f"{a}.leading_dense_block_count", 0)
+        nextn = self._int(f"{a}.nextn_predict_layers", 0)
+        widths = self._widths(n_layers)
+        # llama.cpp counts the MTP (nextn) blocks in block_count and puts them last; like the
+        # safetensors readers, they are not decoder layers, so their tensors are carried as is
+        decoder_layers = n_layers - nextn
+        moe_layers = [i for i in range(lead, decoder_layers) if widths[i] > 0]
+        extra: dict = {"gguf_arch": a, "leading_dense_block_count": lead}
+        if nextn:
+            extra["nextn_layers"] = list(range(decoder_layers, n_layers))
+        if len({widths[i] for i in moe_layers}) > 1:
+            extra["moe_intermediate_sizes"] = {str(i): widths[i] for i in moe_layers}
+        for key in ("expert_shared_count", "expert_weights_scale", "expert_weights_norm", "expert_gating_func"):
+            v = self._get(f"{a}.{key}", required=False)
+            if v is not None and not isinstance(v, (list, np.ndarray)):
+                extra[key] = v.item() if hasattr(v, "item") else v
+        activation = "silu"
+        if a == "gpt-oss":
+            activation = "swiglu_oai"
+            extra.update(GPT_OSS_SWIGLU)
+        if a not in ARCHS:
+            extra["unlisted_arch"] = True  # same tensor names, but not one of the tested archs
+        return ModelShape(
+            family=a, hidden_size=H, moe_intermediate_size=widths[moe_layers[0]] if moe_layers else 0,
+            num_experts=E, top_k=top_k, num_layers=n_layers, moe_layers=moe_layers,
+            activation=activation, extra=extra,
+        )
+
+    def _widths(self, n_layers: int) -> list[int]:
+        """I per layer: expert_feed_forward_length, a scalar or one entry per block."""
+        key = f"{self.arch}.expert_feed_forward_length"
+        v = self._get(key, required=False)
+        if v is None:
+            # older conversions omit it: the first expert tensor's rows tell
+            for name, info in self._infos.items():
+                if name.endswith((".ffn_gate_exps.weight", ".ffn_up_exps.weight")):
+                    return [info.ne[1]] * n_layers
+                if name.endswith(".ffn_gate_up_exps.weight"):
+                    return [info.ne[1] // 2] * n_layers
+            raise SourceError(f"{self.path}: metadata key {key} is missing and no expert tensor gives it")
+        if isinstance(v, (list, np.ndarray)):
+            if len(v) != n_layers:
+                raise SourceError(f"{self.path}: {key} has {len(v)} entries, expected block_count = {n_layers}")
+            return [int(x) for x in v]
+        return [int(v)] * n_layers
+
+    # -- layers ---------------------------------------------------------------------------
+    def _need(self, name: str, layer: int) -> TensorInfo:
+        info = self._infos.get(name)
+        if info is None:
+            raise SourceError(f"{self.path}: layer {layer}: expert tensor {name} is missing")
+        return info
+
+    def _check(self, info: TensorInfo, want: tuple[int, ...], what: str) -> None:
+        if info.ne != want:
+            raise SourceError(
+                f"{self.path}: tensor {info.name}: ggml shape {list(info.ne)}, expected {what} = "
+                f"{list(want)} from the {self.arch}.* metadata"
+            )
+
+    def _resolve(self, layer: int) -> _Layer:
+        m = self.model
+        H, E = m.hidden_size, m.num_experts
+        I = int(m.extra.get("moe_intermediate_sizes", {}).get(str(layer), m.moe_intermediate_size))
+        p = f"blk.{layer}."
+        fused = self._infos.get(p + "ffn_gate_up_exps.weight")
+        if fused is not None:
+            self._check(fused, (H, 2 * I, E), "[H, 2I, E]")
+            parts = {"gate_up": [fused]}
+            opts = {"gate_up_type": fused.type.name}
+        else:
+            gate = self._need(p + "ffn_gate_exps.weight", layer)
+            up = self._need(p + "ffn_up_exps.weight", layer)
+            self._need(p + "ffn_down_exps.weight", layer)
+            self._check(gate, (H, I, E), "[H, I, E]")
+            self._check(up, (H, I, E), "[H, I, E]")
+            parts = {"gate_up": [gate, up]}
+            if gate.type == up.type:
+                opts = {"gate_up_type": gate.type.name}
+            else:
+                opts = {"gate_type": gate.type.name, "up_type": up.type.name}
+        down = self._need(p + "ffn_down_exps.weight", layer)
+        self._check(down, (I, H, E), "[I, H, E]")
+        parts["down"] = [down]
+        opts["down_type"] = down.type.name
+        return _Layer(layer, LayerFormat.of("gguf", opts), parts, self._biases(layer, I, fused is not None), I)
+
+    def _biases(self, layer: int, I: int, fused: bool) -> dict[str, list[TensorInfo]]:
+        """gpt-oss expert biases: f32 [E, I] per gate/up, [E, H] for down."""
+        H, E = self.model.hidden_size, self.model.num_experts
+        p = f"blk.{layer}."
+        names = [p + "ffn_gate_up_exps.bias"] if fused else [p + "ffn_gate_exps.bias", p + "ffn_up_exps.bias"]
+        want = [(2 * I, E)] if fused else [(I, E), (I, E)]
+        out = {}
+        found = [n for n in names if n in self._infos]
+        if found:
+            gu = [self._need(n, layer) for n in names]  # one of gate/up without the other: named
+            for info, w in zip(gu, want):
+                self._check_bias(info, w)
+            if len({t.type.name for t in gu}) > 1:
+                raise UnsupportedError(f"{self.path}: layer {layer}: gate and up biases of different types")
+            out["gate_up_bias"] = gu
+        down = self._infos.get(p + "ffn_down_exps.bias")
+        if down is not None:
+            self._check_bias(down, (H, E))
+            out["down_bias"] = [down]
+        return out
+
+    def _check_bias(self, info: TensorInfo, want: tuple[int, ...]) -> None:
+        if info.type.name not in BIAS_DTYPES:
+            raise UnsupportedError(f"{self.path}: tensor {info.name}: expert bias of type {info.type.name} (F32/F16 expected)")
+        self._check(info, want, "[out, E]")
+
+    def layer_formats(self) -> dict[int, LayerFormat]:
+        return {i: lay.format for i, lay in self._layers.items()}
+
+    def plan(self, layers: Iterable[int] | None = None) -> list[LayerBanks]:
+        wanted = self.model.moe_layers if layers is None else sorted(set(int(x) for x in layers))
+        for i in wanted:
+            if i not in self._layers:
+                raise SourceError(
+                    f"{self.path}: layer {i} is not a MoE layer of this {self.arch} model "
+                    f"(MoE layers: {_ranges(self.model.moe_layers)})"
+                )
+        return [self._banks(self._layers[i]) for i in wanted]
+
+    def _view(self, info: TensorInfo) -> np.ndarray:
+        """The one place tensor bytes are mapped (tests count the ranges handed out here)."""
+        return self._files[info.shard].view(info)
+
+    def _banks(self, lay: _Layer) -> LayerBanks:
+        E, H, I = self.model.num_experts, self.model.hidden_size, lay.I
+        banks = {}
+        gu = lay.parts["gate_up"]
+        if len(gu) == 1 or gu[0].type == gu[1].type:
+            row_shape: tuple[int, ...] = (2 * I, gu[0].row_nbytes)
+        else:
+            row_shape = (sum(t.nbytes // E for t in gu),)
+        banks["gate_up"] = self._bank("u8", row_shape, gu)
+        d = lay.parts["down"][0]
+        banks["down"] = self._bank("u8", (H, d.row_nbytes), [d])
+        if "gate_up_bias" in lay.biases:
+            b = lay.biases["gate_up_bias"]
+            banks["gate_up_bias"] = self._bank(BIAS_DTYPES[b[0].type.name], (2 * I,), b)
+        if "down_bias" in lay.biases:
+            b = lay.biases["down_bias"]
+            banks["down_bias"] = self._bank(BIAS_DTYPES[b[0].type.name], (H,), b)
+        return LayerBanks(lay.layer, lay.format, banks)
+
+    def _bank(self, dtype: str, row_shape: tuple[int, ...], parts: list[TensorInfo]) -> BankSource:
+        # a view of the map reads nothing: pages are touched only when a row's bytes are used
+        views = [self._view(t) for t in parts]
+
+        def row(e: int) -> list[np.ndarray]:
+            return [v[e] for v in views]
+
+        return BankSource(dtype=dtype, row_shape=row_shape, num_experts=self.model.num_experts, row=row)
+
+    # -- everything else ------------------------------------------------------------------
+    def tensors(self) -> list[SourceTensor]:
+        taken = {t.name for lay in self._layers.values() for t in lay.tensors()}
+        return [self._source_tensor(info) for name, info in self._infos.items() if name not in taken]
+
+    def _source_tensor(self, info: TensorInfo) -> SourceTensor:
+        t = info.type
+        meta = {"ggml_type": t.name, "ggml_type_id": t.id, "ggml_shape": list(info.ne)}
+        if t.quantized:
+            return SourceTensor(info.name, "u8", info.byte_shape, lambda: self._view(info), meta)
+        dtype = FLOAT_DTYPES[t.name]
+        shape = tuple(reversed(info.ne))
+        return SourceTensor(
+            info.name, dtype, shape, lambda: self._view(info).view(numpy_dtype(dtype)).reshape(shape), meta
+        )
+
+    def attachments(self) -> dict[str, bytes]:
+        keys = [k for k in self.kv if not k.startswith("split.")]
+        return {METADATA_ATTACHMENT: tensorless_gguf(self._files, keys)}
+
+    def source_files(self) -> list[str]:
+        return [f.path for f in self._files]
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+
+
+def _ranges(xs: list[int]) -> str:
+    if not xs:
+        return "none"
+    out, start = [], xs[0]
+    for a, b in zip(xs, xs[1:] + [None]):
+        if b != a + 1:
+            out.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(out)
+
+
+@register_opener
+def open_gguf(path: str) -> GgufReader | None:
+    if not (os.path.isfile(path) and path.lower().endswith(".gguf")):
+        return None
+    return GgufReader(path)
