@@ -345,8 +345,7 @@ class FtwFile:
         if len(raw) != info.row_nbytes:
             raise FormatError(f"{where}: row decodes to {len(raw)} bytes, expected {info.row_nbytes}")
         if info.codec == spec.ZSTD_BYTESPLIT:
-            itemsize = spec.DTYPES[info.dtype].itemsize
-            dst[:] = np.frombuffer(raw, np.uint8).reshape(itemsize, -1).T.reshape(-1)
+            _join_planes(np.frombuffer(raw, np.uint8), spec.DTYPES[info.dtype].itemsize, dst)
         else:
             dst[:] = np.frombuffer(raw, np.uint8)
 
@@ -433,6 +432,20 @@ class FtwFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _join_planes(planes: np.ndarray, itemsize: int, dst: np.ndarray) -> None:
+    """Undo the byte-plane split into dst (u8). numpy's transposed copy runs at ~0.5 GB/s,
+    slower than zstd itself; 16-bit items are rebuilt arithmetically instead (~15x faster)."""
+    p = planes.reshape(itemsize, -1)
+    if itemsize == 2:
+        d = dst.view("<u2")
+        np.left_shift(p[1], 8, out=d, dtype=np.uint16)
+        np.bitwise_or(d, p[0], out=d)
+    else:
+        items = dst.reshape(-1, itemsize)
+        for i in range(itemsize):
+            items[:, i] = p[i]
 
 
 _HEX16 = re.compile("[0-9a-f]{16}")
