@@ -1,0 +1,89 @@
+"""Shared bits of the benchmark scripts: data folder, timing, raw baselines, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "bench", "_data")  # git-ignored; on the same disk as the repo
+GiB = 1 << 30
+
+
+def timed(fn, *a, **kw):
+    t = time.perf_counter()
+    r = fn(*a, **kw)
+    return time.perf_counter() - t, r
+
+
+def folder_nbytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def fsync_tree(path: str) -> None:
+    files = [path] if os.path.isfile(path) else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+def cp_baseline(src: str, dst: str) -> float:
+    """`cp -r` to the same disk, then fsync what it wrote (the writer fsyncs too)."""
+    shutil.rmtree(dst, ignore_errors=True) if os.path.isdir(dst) else (os.path.exists(dst) and os.remove(dst))
+    t = time.perf_counter()
+    subprocess.run(["cp", "-r", src, dst], check=True)
+    fsync_tree(dst)
+    return time.perf_counter() - t
+
+
+def raw_read(paths: list[str], chunk: int = 16 << 20) -> float:
+    """Sequential read of whole files into one preallocated buffer (the page cache is warm)."""
+    total = sum(os.path.getsize(p) for p in paths)
+    buf = np.empty(total, dtype=np.uint8)
+    buf[:: 4096] = 1  # fault the destination in first: the loader's buffers are fresh too
+    t = time.perf_counter()
+    pos = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while True:
+                n = f.readinto(memoryview(buf)[pos : pos + chunk])
+                if not n:
+                    break
+                pos += n
+    return time.perf_counter() - t
+
+
+def warm(paths: list[str]) -> None:
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.read(64 << 20):
+                pass
+
+
+def run_child(code: str) -> tuple[float, int]:
+    """Run python code in a child; returns (seconds, peak RSS bytes of that child)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t
+    if status != 0:
+        raise SystemExit(f"child failed ({status}): {code[:200]}")
+    return dt, usage.ru_maxrss * 1024
+
+
+def report(rows: list[tuple[str, str, str]], as_json: bool, extra: dict | None = None) -> None:
+    if as_json:
+        print(json.dumps({"rows": [dict(zip(("figure", "value", "vs baseline"), r)) for r in rows], **(extra or {})}, indent=2))
+        return
+    w = max(len(r[0]) for r in rows)
+    for name, value, ratio in rows:
+        print(f"{name:<{w}}  {value:>16}  {ratio}")
