@@ -40,7 +40,7 @@ def human(n: float) -> str:
 def progress_bar(total: int, description: str, quiet: bool):
     """Yields advance(nbytes, layers=0); shows bytes, speed, layers and ETA on stderr."""
     if quiet or not err.is_terminal:
-        yield lambda n=0, layers=0: None
+        yield lambda n=0, layers=0, total_layers=None: None
         return
     bar = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
