@@ -2,8 +2,10 @@
 
 Where the OS allows (Linux O_TMPFILE), the data is written to an anonymous inode in the
 destination folder and linked into place only at commit: a SIGKILL mid-write leaves no file
-behind at all. Elsewhere a hidden temporary file beside the destination is used, removed on
-any exception. Either way the destination is created (or replaced, when asked) by one
+behind at all. Elsewhere (some sandboxes, other OSes) a hidden temporary file beside the
+destination is used, removed on any exception; a reaper process in its own session holds
+the read end of a pipe and removes the file when the writer dies without committing, even
+by SIGKILL. Either way the destination is created (or replaced, when asked) by one
 rename, after an fsync, so an existing file is never damaged.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 
 from ftw.errors import DestinationExistsError, FtwError
 
@@ -27,11 +30,13 @@ class AtomicFile:
         if not os.path.isdir(self.folder):
             raise FtwError(f"{self.path}: folder {self.folder} does not exist")
         self._named_tmp: str | None = None
+        self._reaper: subprocess.Popen | None = None
         if _anonymous_files_link(self.folder):
             self.fd = os.open(self.folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
         else:
             self._named_tmp = self._hidden_name()
             self.fd = os.open(self._named_tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            self._reaper = _start_reaper(self._named_tmp)
 
     def _hidden_name(self) -> str:
         return os.path.join(self.folder, f".{os.path.basename(self.path)}.{secrets.token_hex(4)}.tmp")
@@ -81,6 +86,23 @@ class AtomicFile:
             except FileNotFoundError:
                 pass
             self._named_tmp = None
+        if self._reaper is not None:
+            self._reaper.stdin.close()  # the file is gone or committed: the reaper removes nothing
+            self._reaper.wait()
+            self._reaper = None
+
+
+def _start_reaper(path: str) -> subprocess.Popen | None:
+    """A process that waits for this one to close the pipe (commit, abort, or death), then
+    removes path if it still exists. Its own session keeps it out of Ctrl-C and group kills."""
+    try:
+        return subprocess.Popen(
+            ["sh", "-c", 'cat >/dev/null; rm -f -- "$0"', path],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None  # no shell: a SIGKILL may then leave the hidden temporary file
 
 
 _LINKABLE: dict[int, bool] = {}
