@@ -77,7 +77,7 @@ class KV:
     key: str
     type: int  # GGUF value type
     value: Any  # python scalar, str, or list (numeric arrays as numpy arrays)
-    span: tuple[int, int]  # the key/value's bytes in the file, key included (copied verbatim)
+    raw: bytes  # the key/value's bytes in the file, key included (copied verbatim)
     sub_type: int | None = None
 
 
@@ -101,10 +101,18 @@ class TensorInfo:
 
 
 class _Cursor:
-    """Bounds-checked little-endian reads over the header, naming what was being read."""
+    """Bounds-checked little-endian reads over the header, naming what was being read.
 
-    def __init__(self, buf, path: str):
-        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+    The header is read with pread, growing a buffer as the parse needs it, never through the
+    memory map: a page fault on the map pulls in a read-around window (MBs on some disks),
+    while a header read brings in little more than the header itself.
+    """
+
+    CHUNK = 256 << 10
+
+    def __init__(self, fd: int, size: int, path: str):
+        self.fd, self.path, self.pos, self.size = fd, path, 0, size
+        self.buf = b""
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
@@ -112,6 +120,13 @@ class _Cursor:
                 f"{self.path}: truncated GGUF header: {what} needs bytes [{self.pos}, {self.pos + n}) "
                 f"but the file has {self.size}"
             )
+        end = self.pos + n
+        if end > len(self.buf):
+            want = min(self.size, max(end, 2 * len(self.buf), self.CHUNK)) - len(self.buf)
+            more = os.pread(self.fd, want, len(self.buf))
+            if len(more) != want:
+                raise SourceError(f"{self.path}: short read at byte {len(self.buf)} (file changed while reading?)")
+            self.buf += more
 
     def unpack(self, fmt: str, what: str):
         n = struct.calcsize(fmt)
@@ -157,20 +172,23 @@ class GGUFFile:
     def __init__(self, path: str, shard: int = 0):
         self.path, self.shard = path, shard
         try:
-            with open(path, "rb") as f:
-                self.size = os.fstat(f.fileno()).st_size
-                if self.size < 24:
-                    raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise SourceError(f"{path}: cannot open: {e.strerror or e}") from None
+        try:
+            self.size = os.fstat(fd).st_size
+            if self.size < 24:
+                raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
+            self._parse(_Cursor(fd, self.size, path))
+            self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
         self.data = np.frombuffer(self._mm, dtype=np.uint8)
-        self._parse()
 
-    def _parse(self) -> None:
-        c = _Cursor(self._mm, self.path)
-        if bytes(self._mm[:4]) != MAGIC:
-            raise SourceError(f"{self.path}: not a GGUF file (magic {bytes(self._mm[:4])!r}, expected b'GGUF')")
+    def _parse(self, c: _Cursor) -> None:
+        c.need(4, "magic")
+        if c.buf[:4] != MAGIC:
+            raise SourceError(f"{self.path}: not a GGUF file (magic {c.buf[:4]!r}, expected b'GGUF')")
         c.pos = 4
         self.version = c.unpack("<I", "version")
         if self.version & 0xFFFF == 0:
@@ -194,7 +212,7 @@ class GGUFFile:
             value, sub = c.value(vtype, f"value of key {key!r}")
             if key in self.kv:
                 raise SourceError(f"{self.path}: duplicate metadata key {key!r}")
-            self.kv[key] = KV(key, vtype, value, (start, c.pos), sub)
+            self.kv[key] = KV(key, vtype, value, c.buf[start:c.pos], sub)
 
         align = self.kv.get("general.alignment")
         self.alignment = DEFAULT_ALIGNMENT if align is None else align.value
@@ -239,12 +257,10 @@ class GGUFFile:
         """The tensor's bytes as a zero-copy uint8 view of the map, shaped [..., rows, row_bytes]."""
         return self.data[info.offset:info.offset + info.nbytes].reshape(info.byte_shape)
 
-    def kv_bytes(self, key: str) -> bytes:
-        a, b = self.kv[key].span
-        return bytes(self._mm[a:b])
-
     def close(self) -> None:
         self.data = None
+        if not hasattr(self, "_mm"):
+            return
         try:
             self._mm.close()
         except BufferError:
@@ -253,6 +269,6 @@ class GGUFFile:
 
 def tensorless_gguf(files: list[GGUFFile], keys: list[str]) -> bytes:
     """A GGUF with the given keys' original bytes and no tensors: llama.cpp tools read it as is."""
-    src = {k: f for f in reversed(files) for k in f.kv}
-    body = b"".join(src[k].kv_bytes(k) for k in keys)
+    src = {k: f.kv[k] for f in reversed(files) for k in f.kv}
+    body = b"".join(src[k].raw for k in keys)
     return MAGIC + struct.pack("<IQQ", files[0].version, 0, len(keys)) + body

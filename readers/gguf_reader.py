@@ -240,8 +240,11 @@ class GgufReader(CheckpointReader):
         """gpt-oss expert biases: f32 [E, I] per gate/up, [E, H] for down."""
         H, E = self.model.hidden_size, self.model.num_experts
         p = f"blk.{layer}."
-        names = [p + "ffn_gate_up_exps.bias"] if fused else [p + "ffn_gate_exps.bias", p + "ffn_up_exps.bias"]
-        want = [(2 * I, E)] if fused else [(I, E), (I, E)]
+        # a fused gate_up weight may still come with separate gate and up biases
+        if fused and p + "ffn_gate_up_exps.bias" in self._infos:
+            names, want = [p + "ffn_gate_up_exps.bias"], [(2 * I, E)]
+        else:
+            names, want = [p + "ffn_gate_exps.bias", p + "ffn_up_exps.bias"], [(I, E), (I, E)]
         out = {}
         found = [n for n in names if n in self._infos]
         if found:
