@@ -1,0 +1,1 @@
+"""Tiny sample checkpoints of every expert layout (see samples/README.md)."""
