@@ -4,8 +4,9 @@
         every MoE layer of any sample, dequantized by the LAYOUTS.md formulas from the raw
         safetensors bytes: gate/up [E, I, H], down [E, H, I] (float64, [out, in]); gpt-oss
         layers add gate_bias/up_bias [E, I] and down_bias [E, H].
-    reference_dequant_ct_library(sample_dir) -> same, for compressed-tensors NVFP4 layers,
-        decoded by compressed-tensors' own NVFP4PackedCompressor.decompress.
+    reference_dequant_library(sample_dir, entry=None) -> same keys, for the layers that
+        compressed-tensors can decode itself (its NVFP4 decompressor, its ModelOpt NVFP4
+        converter, its block-FP8 dequantizer): an outside check of the hand-written bytes.
     reference_experts(sample_dir) -> {layer: {param: float64}}
         the model's own in-memory fused expert parameters after transformers 5 loads the
         folder (from_pretrained, CPU): gate_up_proj [E, 2I, H] and down_proj [E, H, I]
@@ -118,38 +119,55 @@ def reference_dequant(sample_dir: str | Path, entry: dict | None = None) -> dict
 # --------------------------------------------------------------------------- through the libraries
 
 
-def reference_dequant_ct_library(sample_dir: str | Path, entry: dict | None = None) -> dict[int, dict]:
-    """NVFP4 layers of a compressed-tensors sample, decoded by compressed-tensors itself."""
+def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None) -> dict[int, dict]:
+    """Quantized layers decoded by compressed-tensors' own code, where it has a decoder.
+
+    nvfp4 (compressed-tensors): NVFP4PackedCompressor.decompress (returns bf16).
+    nvfp4 (ModelOpt): ModelOptNvfp4Converter.process renames/inverts to the
+        compressed-tensors convention, then the same decompress.
+    fp8_block with weight_scale_inv: FP8BlockDequantizer.process (float32 output).
+    Other layers (bf16, mxfp4, ds_fp4, V4's `.scale` fp8) are left out: no library here decodes
+    them on a CPU.
+    """
     import torch
     from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
-    from compressed_tensors.quantization import QuantizationConfig
+    from compressed_tensors.entrypoints.convert.converters.fp8block_dequantizer import FP8BlockDequantizer
+    from compressed_tensors.entrypoints.convert.converters.modelopt_nvfp4 import ModelOptNvfp4Converter
+    from compressed_tensors.quantization import QuantizationScheme
+    from compressed_tensors.quantization.quant_scheme import NVFP4
     from safetensors import safe_open
 
     entry = entry or entry_for(sample_dir)
-    qc = QuantizationConfig.model_validate(json.loads((Path(sample_dir) / "config.json").read_text())["quantization_config"])
-    scheme = next(iter(qc.config_groups.values()))
-    files = L.shard_files(sample_dir)
-    handles = [safe_open(str(f), "pt") for f in files]
+    scheme = QuantizationScheme(targets=["Linear"], **NVFP4)
+    ct = entry["naming"].get("nvfp4") == "compressed-tensors"
+    handles = [safe_open(str(f), "pt") for f in L.shard_files(sample_dir)]
 
-    def get(name):
-        for h in handles:
-            if name in h.keys():
-                return h.get_tensor(name)
-        raise KeyError(name)
+    def module(base: str) -> dict:
+        return {k: h.get_tensor(k) for h in handles for k in h.keys() if k.rpartition(".")[0] == base}
+
+    def one(base: str, fmt: str) -> np.ndarray | None:
+        t = module(base)
+        if fmt == "nvfp4":
+            if not ct:
+                t = ModelOptNvfp4Converter(targets=[base]).process(t)
+            sd = {k: t[f"{base}.{k}"] for k in ("weight_packed", "weight_scale", "weight_global_scale")}
+            return NVFP4PackedCompressor.decompress(sd, scheme)["weight"].to(torch.float64).numpy()
+        if fmt == "fp8_block" and f"{base}.weight_scale_inv" in t:
+            conv = FP8BlockDequantizer(targets=[base], dtype=torch.float32)
+            return conv.process(t)[f"{base}.weight"].to(torch.float64).numpy()
+        return None
 
     out = {}
+    if entry["layout"] != "per_expert":
+        return out
     for layer_s, fmt in entry["formats"].items():
-        if fmt != "nvfp4":
-            continue
         pre = L.expert_prefix(entry, int(layer_s))
         per = {p: [] for p in L.PROJ}
         for e in range(entry["E"]):
             for p, name in zip(L.PROJ, entry["naming"]["proj"]):
-                base = f"{pre}.{e}.{name}"
-                sd = {k: get(f"{base}.{k}") for k in ("weight_packed", "weight_scale", "weight_global_scale")}
-                w = NVFP4PackedCompressor.decompress(sd, scheme)["weight"]
-                per[p].append(w.to(torch.float64).numpy())
-        out[int(layer_s)] = {"format": fmt, **{p: np.stack(v) for p, v in per.items()}}
+                per[p].append(one(f"{pre}.{e}.{name}", fmt))
+        if per["gate"][0] is not None:
+            out[int(layer_s)] = {"format": fmt, **{p: np.stack(v) for p, v in per.items()}}
     return out
 
 
