@@ -11,6 +11,7 @@ import json
 import mmap
 import os
 import re
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
@@ -134,7 +135,8 @@ class FtwFile:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO given as the path must be refused, not waited on
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
             raise FtwError(f"{self.path}: cannot open: {e.strerror}") from None
         self._mm: mmap.mmap | None = None
@@ -147,13 +149,19 @@ class FtwFile:
 
     # -- opening ------------------------------------------------------------------------
     def _pread(self, n: int, offset: int) -> bytes:
-        data = os.pread(self._fd, n, offset)
+        try:
+            data = os.pread(self._fd, n, offset)
+        except OSError as e:
+            raise FtwError(f"{self.path}: cannot read at offset {offset}: {e.strerror}") from None
         if len(data) != n:
             raise FormatError(f"{self.path}: short read at offset {offset}")
         return data
 
     def _read_index(self) -> None:
-        self.size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{self.path}: not a regular file")
+        self.size = st.st_size
         if self.size < spec.MIN_FILE_NBYTES:
             raise FormatError(
                 f"{self.path}: {self.size} bytes is too small for an FTW file "
