@@ -49,6 +49,12 @@ class CheckpointReader(ABC):
     def source_files(self) -> list[str]:
         """The files this checkpoint is read from (provenance)."""
 
+    def release_pages(self) -> None:
+        """Unmap the source pages this process has touched (they stay in the page cache).
+
+        The converter calls it after each layer so that a mapped checkpoint does not count
+        towards its RSS beyond the layer in flight."""
+
     def close(self) -> None:
         pass
 

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from readers.mapped import release_pages
+
 from ftw.errors import SourceError, UnsupportedError
 
 MAGIC = b"GGUF"
@@ -256,6 +258,10 @@ class GGUFFile:
     def view(self, info: TensorInfo) -> np.ndarray:
         """The tensor's bytes as a zero-copy uint8 view of the map, shaped [..., rows, row_bytes]."""
         return self.data[info.offset:info.offset + info.nbytes].reshape(info.byte_shape)
+
+    def release_pages(self) -> None:
+        if self.data is not None:
+            release_pages(self._mm)
 
     def close(self) -> None:
         self.data = None

@@ -333,6 +333,10 @@ class GgufReader(CheckpointReader):
     def source_files(self) -> list[str]:
         return [f.path for f in self._files]
 
+    def release_pages(self) -> None:
+        for f in self._files:
+            f.release_pages()
+
     def close(self) -> None:
         for f in self._files:
             f.close()

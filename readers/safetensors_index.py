@@ -25,6 +25,7 @@ import numpy as np
 
 from ftw import spec
 from ftw.errors import SourceError, UnsupportedError
+from readers.mapped import release_pages
 
 MAX_HEADER_NBYTES = 100 << 20
 INDEX_FILE = "model.safetensors.index.json"
@@ -236,6 +237,11 @@ class SafetensorsIndex:
         for hook in self.on_read:
             hook(info)
         return view
+
+    def release_pages(self) -> None:
+        with self._lock:
+            for mm in self._maps.values():
+                release_pages(mm)
 
     def close(self) -> None:
         with self._lock:

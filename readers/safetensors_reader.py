@@ -150,6 +150,9 @@ class SafetensorsReader(CheckpointReader):
             files.append(index)
         return files + list(self.index.shards)
 
+    def release_pages(self) -> None:
+        self.index.release_pages()
+
     def close(self) -> None:
         self.index.close()
 

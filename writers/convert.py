@@ -98,6 +98,7 @@ def write_plan(
         })
         for lb in plan.layers:
             w.add_layer(lb)
+            reader.release_pages()
             advance(0, layers=1)
         for t in plan.tensors:
             w.add_tensor(t)

@@ -33,11 +33,17 @@ def _bytes(piece) -> memoryview:
     return memoryview(np.ascontiguousarray(piece)).cast("B")
 
 
-def split_planes(row: memoryview, itemsize: int) -> bytes:
+def split_planes(row: memoryview, itemsize: int) -> np.ndarray:
     """Byte-plane split: all bytes 0 of each item, then all bytes 1, ... (zstd finds the
-    repetitive exponent bytes of bf16 when they sit together)."""
-    a = np.frombuffer(row, dtype=np.uint8).reshape(-1, itemsize)
-    return a.T.tobytes()
+    repetitive exponent bytes of bf16 when they sit together). 16-bit items are split
+    arithmetically: numpy's transposed copy runs at ~0.5 GB/s, slower than zstd itself."""
+    if itemsize == 2:
+        a = np.frombuffer(row, dtype="<u2")
+        out = np.empty(2 * a.size, dtype=np.uint8)
+        np.copyto(out[: a.size], a, casting="unsafe")  # truncation keeps the low byte
+        np.right_shift(a, 8, out=out[a.size :], casting="unsafe")
+        return out
+    return np.ascontiguousarray(np.frombuffer(row, dtype=np.uint8).reshape(-1, itemsize).T).reshape(-1)
 
 
 class FtwWriter:
