@@ -40,18 +40,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-gib", type=float, default=4.0)
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint and FTW files (bench_load uses them)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N for each timing (the machine is shared)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     src = ensure_checkpoint(args.size_gib)
     src_nbytes = folder_nbytes(src)
     shards = sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors"))
     warm(shards)
-    cp_s = cp_baseline(src, src + ".cp")
-    shutil.rmtree(src + ".cp")
-
     dst = src + ".ftw"
     code = f"from writers.convert import convert; convert({src!r}, {dst!r}, force=True)"
-    conv_s, conv_rss = run_child(code)
+    cp_s, conv_s, conv_rss = float("inf"), float("inf"), 0
+    for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits both alike
+        cp_s = min(cp_s, cp_baseline(src, src + ".cp"))
+        shutil.rmtree(src + ".cp")
+        t, rss = run_child(code)
+        conv_s, conv_rss = min(conv_s, t), max(conv_rss, rss)
     dst_nbytes = os.path.getsize(dst)
 
     import ftw
@@ -72,8 +75,8 @@ def main() -> None:
                 by_codec[key][1] += b.blob.nbytes
     rows = [
         ("source checkpoint", f"{src_nbytes / GiB:.2f} GiB", f"{len(shards)} shards"),
-        ("cp -r + fsync", f"{cp_s:.2f} s", f"{src_nbytes / cp_s / GiB:.2f} GiB/s (baseline)"),
-        ("ftw convert", f"{conv_s:.2f} s", f"{conv_s / cp_s:.2f}x cp time (goal <= 1.3x)"),
+        ("cp -r + fsync (best of N)", f"{cp_s:.2f} s", f"{src_nbytes / cp_s / GiB:.2f} GiB/s (baseline)"),
+        ("ftw convert (best of N)", f"{conv_s:.2f} s", f"{conv_s / cp_s:.2f}x cp time (goal <= 1.3x)"),
         ("convert peak RSS", f"{conv_rss / 2**20:.0f} MiB",
          f"limit {(largest + 512 * 2**20) / 2**20:.0f} MiB = largest layer {largest / 2**20:.0f} MiB + 512 MiB"),
         ("ftw file", f"{dst_nbytes / GiB:.2f} GiB", f"{dst_nbytes / src_nbytes:.3f}x source size"),
