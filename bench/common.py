@@ -49,7 +49,6 @@ def raw_read(paths: list[str], chunk: int = 16 << 20) -> float:
     """Sequential read of whole files into one preallocated buffer (the page cache is warm)."""
     total = sum(os.path.getsize(p) for p in paths)
     buf = np.empty(total, dtype=np.uint8)
-    buf[:: 4096] = 1  # fault the destination in first: the loader's buffers are fresh too
     t = time.perf_counter()
     pos = 0
     for p in paths:

@@ -111,7 +111,7 @@ class _Index:
 
     def dtype_shape(self, d: dict, where: str) -> tuple[str, tuple[int, ...]]:
         dt = d.get("dtype")
-        if dt not in spec.DTYPES:
+        if not isinstance(dt, str) or dt not in spec.DTYPES:  # a list or object is unhashable
             raise self.fail(where, f"unknown dtype {dt!r}")
         shape = d.get("shape")
         if not isinstance(shape, list) or len(shape) > 8:
@@ -260,7 +260,7 @@ class FtwFile:
         if not shape:
             raise v.fail(where, "a bank's shape starts with the expert count")
         codec = d.get("codec")
-        if codec not in spec.CODECS:
+        if not isinstance(codec, str) or codec not in spec.CODECS:
             raise v.fail(where, f"unknown codec {codec!r}")
         blob = v.blob(d, where)
         info = BankInfo(layer, name, dt, shape, codec, blob, None)
@@ -285,6 +285,19 @@ class FtwFile:
 
     def blob_bytes(self, blob: Blob) -> memoryview:
         return memoryview(self.mm)[blob.offset : blob.offset + blob.nbytes]
+
+    def read_into(self, offset: int, dst: np.ndarray) -> None:
+        """pread file bytes [offset, offset + dst.nbytes) into dst (contiguous). Loading
+        through read() skips the page faults a copy out of the map takes on every 4 KiB."""
+        view = memoryview(dst.reshape(-1).view(np.uint8))
+        end = offset + len(view)
+        if offset < 0 or end > self.size:
+            raise FormatError(f"{self.path}: read of [{offset}, {end}) past the end of the file")
+        while view:
+            n = os.preadv(self._fd, [view], offset)
+            if n <= 0:
+                raise FormatError(f"{self.path}: file shrank while reading at offset {offset}")
+            view, offset = view[n:], offset + n
 
     def bank_info(self, layer: int, name: str) -> BankInfo:
         try:

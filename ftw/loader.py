@@ -161,10 +161,8 @@ def _copy_tasks(f: FtwFile, info: BankInfo, dst: np.ndarray) -> list[Callable[[]
             return row
 
         return [lambda e=e: decode(e) for e in range(info.num_experts)]
-    src = np.frombuffer(f.mm, np.uint8, info.blob.nbytes, info.blob.offset)
-
     def copy(lo: int, hi: int) -> int:
-        dst[lo:hi] = src[lo:hi]  # numpy releases the GIL for plain copies
+        f.read_into(info.blob.offset + lo, dst[lo:hi])  # preadv releases the GIL
         return hi - lo
 
     return [lambda lo=lo: copy(lo, min(lo + COPY_CHUNK, info.blob.nbytes))
