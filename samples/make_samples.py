@@ -95,6 +95,16 @@ def _config(family: str, H: int, I: int, E: int, layers: int, **kw):
         c = dict(common, **attn, intermediate_size=I, num_local_experts=E, sliding_window=8)
     elif family == "mixtral":
         c = dict(common, **attn, intermediate_size=I, num_local_experts=E)
+    elif family == "glm5_next":
+        text = dict(common, num_attention_heads=4, num_key_value_heads=4, intermediate_size=2 * H,
+                    moe_intermediate_size=I, n_routed_experts=E, kv_lora_rank=16, q_lora_rank=32,
+                    qk_rope_head_dim=0, v_head_dim=16, qk_nope_head_dim=16, index_topk=16, index_kpool=4,
+                    index_head_dim=16, index_n_heads=2, linear_head_dim=16, linear_num_heads=4, pad_token_id=0,
+                    mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
+                    layer_types=[("full_attention" if i % 2 else "linear_attention") for i in range(layers)])
+        vision = dict(depth=1, hidden_size=32, num_heads=2, image_size=8, patch_size=4, temporal_patch_size=1,
+                      out_hidden_size=H, intermediate_size=32, projection_intermediate_size=32)
+        return AutoConfig.for_model("glm5_next", text_config=text, vision_config=vision)
     elif family == "qwen3_5_moe":
         text = dict(common, **attn, moe_intermediate_size=I, num_experts=E, shared_expert_intermediate_size=I,
                     linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
@@ -117,6 +127,8 @@ def _build(family: str, seed: int, H: int, I: int, E: int, layers: int, **kw):
     with _quiet():
         if family == "qwen3_5_moe":
             model = transformers.Qwen3_5MoeForConditionalGeneration(cfg)
+        elif family == "glm5_next":
+            model = transformers.Glm5NextForConditionalGeneration(cfg)
         else:
             model = transformers.AutoModelForCausalLM.from_config(cfg)
     return model.to(torch.bfloat16).eval()
@@ -241,10 +253,42 @@ def make_deepseek_v4_bf16(out_dir, seed=0) -> Made:
                       "transformers' own V4 names (model.layers.L.ffn.experts.e.w1.weight); layer 0 hash_moe")
 
 
+def _drop_last_layer(config: dict, layers: int) -> dict:
+    """Config of a model built with one extra layer, re-declared as MTP: per-layer lists cut."""
+    cfg = {k: (v[:layers] if isinstance(v, list) and len(v) == layers + 1 else v) for k, v in config.items()}
+    return dict(cfg, num_hidden_layers=layers, num_nextn_predict_layers=1)
+
+
 @sample
 def make_glm_moe_dsa_bf16(out_dir, seed=0) -> Made:
-    return _tf_sample("glm_moe_dsa_bf16", "glm_moe_dsa", out_dir, seed, False, SMALL, _naming(),
-                      "layer 0 dense (first_k_dense_replace=1, mlp_layer_types)")
+    name, dims = "glm_moe_dsa_bf16", SMALL
+    layers = dims["layers"]
+    # transformers has no MTP module for GLM-5, so build one more decoder layer and give it
+    # the MTP extras; it then sits at index num_hidden_layers like the release's layer 78
+    b = Base("glm_moe_dsa", _seed_for(name, seed), **dict(dims, layers=layers + 1))
+    H = dims["H"]
+    g = torch.Generator().manual_seed(_seed_for(name + "/mtp", seed))
+    for k, shape in (("enorm.weight", [H]), ("hnorm.weight", [H]), ("shared_head.norm.weight", [H]),
+                     ("eh_proj.weight", [H, 2 * H])):
+        t = torch.ones(shape) if len(shape) == 1 else torch.randn(shape, generator=g) * 0.02
+        b.sd[f"model.layers.{layers}.{k}"] = t.to(torch.bfloat16)
+    cfg = _drop_last_layer(b.config, layers)
+    out = Path(out_dir) / "st" / name
+    b.save(out, cfg)
+    formats = {l: "bf16" for l in b.originals if l < layers}
+    entry = _entry(name, "glm_moe_dsa", "per_expert", formats, dims["E"], dims["H"], dims["I"], layers, _naming(),
+                   {"experts": _tf_writer(), "non_expert": _tf_writer() + " (+ MTP extras by make_samples)"},
+                   "layer 0 dense (first_k_dense_replace=1, mlp_layer_types); MTP layer 3 (= num_hidden_layers) "
+                   "with its own bf16 experts", mtp_layers=[layers])
+    return Made(_finish(Path(out_dir), entry), {l: b.originals[l] for l in formats})
+
+
+@sample
+def make_glm5_next_bf16(out_dir, seed=0) -> Made:
+    return _tf_sample("glm5_next_bf16", "glm5_next", out_dir, seed, False, SMALL,
+                      _naming("model.language_model.layers."),
+                      "GLM-5 Flash (Glm5NextForConditionalGeneration, one-block vision tower); layer 0 dense "
+                      "(mlp_layer_types)")
 
 
 @sample
@@ -459,7 +503,9 @@ def _deepseek_fp8(name, out_dir, seed, dims, formats, mtp: bool, shards: bool, n
     qc = dict(FP8_QCONFIG)
     if bf16_mods:
         qc["modules_to_not_convert"] = bf16_mods
-    cfg = dict(b.config, num_hidden_layers=layers, num_nextn_predict_layers=int(mtp), quantization_config=qc)
+    # without an MTP block say so: transformers' default of 1 would promise a layer that is absent
+    cfg = _drop_last_layer(b.config, layers) if mtp else dict(b.config, num_nextn_predict_layers=0)
+    cfg["quantization_config"] = qc
     split = None
     if shards:  # one shard for the first half of the layers, one for the rest: exercises the index
         half = (layers + int(mtp)) // 2

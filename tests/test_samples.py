@@ -74,7 +74,7 @@ def test_committed_bytes_are_seed_zero(tmp_path, name):
 def test_manifest_covers_every_layout():
     fams = {e["family"] for e in MANIFEST.values()}
     assert {"qwen3_moe", "qwen3_5_moe", "deepseek_v3", "deepseek_v4", "glm_moe_dsa", "glm4_moe", "gpt_oss",
-            "mixtral"} <= fams
+            "mixtral", "glm5_next"} <= fams
     fmts = {f for e in MANIFEST.values() for f in e["formats"].values()}
     assert {"bf16", "fp8_block", "nvfp4", "mxfp4", "ds_fp4"} <= fmts
     mixed = [n for n, e in MANIFEST.items() if len(set(e["formats"].values())) > 1]
