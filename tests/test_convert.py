@@ -210,3 +210,23 @@ def test_cli_errors_are_one_line(tmp_path):
         p = ftw_cli(*args, check_rc=1)
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert p.stderr.startswith("error:")
+
+
+def test_mixed_checkpoint_layer_subsets_load_like_the_full_file(tmp_path):
+    dst = tmp_path / "m.ftw"
+    convert(MIXED_ST, dst)
+    full = ftw.load_expert_banks(dst)
+    layers = full.layers
+    for subset in ([layers[0]], [layers[-1]], layers[1:-1], layers[:2]):
+        part = ftw.load_expert_banks(dst, layers=subset, threads=2)
+        assert part.layers == subset
+        # the bank set is the union over the subset's formats, not the whole file's
+        want = set().union(*(ftw.FORMATS[full.layer_formats[l].name].banks for l in subset))
+        assert set(part.banks) == want
+        for name, per_layer in part.banks.items():
+            for layer, a in per_layer.items():
+                assert a.dtype == full.banks[name][layer].dtype
+                if a.size:
+                    assert np.array_equal(a, full.banks[name][layer])
+                else:
+                    assert a.shape == (full.num_experts, 0)
