@@ -147,6 +147,18 @@ class _Cursor:
     def string(self, what: str) -> str:
         return self.raw_string(what).decode("utf-8", errors="replace")
 
+    def _strings(self, count: int, what: str) -> list[str]:
+        # a tight loop: vocabularies hold 150k-250k tokens and as many merges
+        out, unpack = [], struct.unpack_from
+        for _ in range(count):
+            self.need(8, what)
+            n = unpack("<Q", self.buf, self.pos)[0]
+            self.pos += 8
+            self.need(n, what)
+            out.append(self.buf[self.pos:self.pos + n].decode("utf-8", errors="replace"))
+            self.pos += n
+        return out
+
     def value(self, vtype: int, what: str) -> tuple[Any, int | None]:
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype], what), None
@@ -164,6 +176,8 @@ class _Cursor:
             # each element takes at least 8 bytes (a length or a nested header): refuse
             # absurd counts before looping over them
             self.need(count * 8, what)
+            if sub == STRING:
+                return self._strings(count, what), sub
             return [self.value(sub, what)[0] for _ in range(count)], sub
         raise SourceError(f"{self.path}: {what}: unknown GGUF value type {vtype}")
 

@@ -67,10 +67,11 @@ class _Layer:
 
 class GgufReader(CheckpointReader):
     def __init__(self, path: str):
-        self.path = path
         self._files: list[GGUFFile] = []
+        paths = _shard_paths(path)
+        self.path = paths[0]  # any shard opens the whole model, named by its first file
         try:
-            for i, p in enumerate(_shard_paths(path)):
+            for i, p in enumerate(paths):
                 self._files.append(GGUFFile(p, shard=i))
             self._check_shards()
             self._infos: dict[str, TensorInfo] = {}

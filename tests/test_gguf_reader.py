@@ -374,3 +374,11 @@ def test_open_checkpoint_picks_the_gguf_reader():
     name = next(iter(MANIFEST["samples"]))
     with open_checkpoint(os.path.join(SAMPLES, name)) as r:
         assert isinstance(r, GgufReader) and r.name.startswith("gguf/")
+
+
+def test_any_shard_opens_the_whole_model():
+    first = next(n for n in MANIFEST["samples"] if "-00001-of-" in n)
+    second = MANIFEST["samples"][first]["files"][1]
+    a, b = open_gguf(os.path.join(SAMPLES, first)), open_gguf(os.path.join(SAMPLES, second))
+    assert a.source_files() == b.source_files() and a.path == b.path
+    assert a.layer_formats() == b.layer_formats()
