@@ -1,0 +1,40 @@
+"""A writer that is slow on purpose, for killing mid-write (tests/test_writer_atomic.py).
+
+    python tests/slow_writer.py DEST ROWS ROW_KIB SLEEP_S [--force]
+
+Prints "row E" (flushed) as the writer fetches each expert row, so the parent knows how far
+the write has got; the rows written before it are already in the temporary file.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ftw.banks import BankSource, LayerBanks  # noqa: E402
+from ftw.formats import LayerFormat  # noqa: E402
+from writers import FtwWriter  # noqa: E402
+
+
+def main() -> None:
+    dest, rows, row_kib, sleep_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    rng = np.random.default_rng()
+    data = rng.integers(0, 256, (rows, row_kib << 10), dtype=np.uint8)
+
+    def row(e: int):
+        print(f"row {e}", flush=True)
+        time.sleep(sleep_s)
+        return [data[e]]
+
+    with FtwWriter(dest, force="--force" in sys.argv) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {
+            "gate_up": BankSource("u8", (row_kib << 10,), rows, row),
+        }))
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
