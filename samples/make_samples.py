@@ -718,6 +718,58 @@ def make_mixed_ct_bf16_nvfp4(out_dir, seed=0) -> Made:
 # --------------------------------------------------------------------------- all
 
 
+BEGIN, END = "<!-- st-samples:begin (written by make_samples.py) -->", "<!-- st-samples:end -->"
+
+
+def _fmt_layers(e: dict) -> str:
+    runs, prev = [], None
+    for l, f in e["formats"].items():
+        if runs and f == prev:
+            runs[-1][1] = l
+        else:
+            runs.append([l, l, f])
+        prev = f
+    return ", ".join(f"{a}: {f}" if a == b else f"{a}-{b}: {f}" for a, b, f in runs)
+
+
+def _writer_cell(e: dict) -> str:
+    w = e["writer"]["experts"]
+    if w == NUMPY_WRITER:
+        w = "numpy (st_layouts.py)"
+        if "bf16" in e["formats"].values():
+            w += "; bf16 layers: transformers"
+    elif w.startswith("compressed-tensors") and "bf16" in e["formats"].values():
+        w += "; bf16 layers: transformers"
+    return w
+
+
+def readme_table(manifest: dict) -> str:
+    rows = ["| sample | family | layout | MoE layer: format | E / H / I | experts written by | size |",
+            "|---|---|---|---|---|---|---|"]
+    for name, e in manifest["samples"].items():
+        layout = e["layout"].replace("_", "-")
+        layout += " (native names)" if e["naming"]["layers"] == "layers." else ""
+        layout += " (sharded)" if any("-of-" in f for f in e["files"]) else ""
+        extra = f"; MTP layer {e['mtp_layers'][0]}" if e.get("mtp_layers") else ""
+        rows.append(f"| `{name}` | {e['family']} | {layout} | {_fmt_layers(e)}{extra} | "
+                    f"{e['E']} / {e['H']} / {e['I']} | {_writer_cell(e)} | {e['size'] / 1024:.0f} KiB |")
+    total = sum(e["size"] for e in manifest["samples"].values())
+    rows.append(f"\n{len(manifest['samples'])} samples, {total / 1e6:.2f} MB, seed {manifest['seed']}.")
+    return "\n".join(rows)
+
+
+def _update_readme(path: Path, manifest: dict) -> None:
+    """Rewrite only the generated table; the prose around it is edited by hand."""
+    if not path.exists():
+        return
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + readme_table(manifest) + "\n" + END + tail)
+
+
 def make_sample(name: str, out_dir, seed: int = 0) -> Made:
     return SAMPLES[name](Path(out_dir), seed)
 
@@ -735,6 +787,7 @@ def make_all(out_dir=HERE, seed: int = 0, only: list[str] | None = None) -> dict
         print(f"  {name:32s} {entries[name]['size'] / 1024:7.0f} KiB")
     manifest = {"seed": seed, "samples": {k: entries[k] for k in SAMPLES if k in entries}}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _update_readme(out_dir / "README.md", manifest)
     return manifest
 
 
