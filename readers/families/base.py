@@ -41,7 +41,8 @@ class Family:
     model_types: ClassVar[tuple[str, ...]] = ()
     # decoder layer L lives under prefix + 'L.'; the first prefix is the family's usual one
     layer_prefixes: ClassVar[tuple[str, ...]] = ("model.layers.",)
-    expert_blocks: ClassVar[tuple[str, ...]] = ("mlp.experts",)
+    # `switch_mlp` is where mlx-lm keeps the stacked experts of the same models
+    expert_blocks: ClassVar[tuple[str, ...]] = ("mlp.experts", "mlp.switch_mlp")
     # (gate, up, down) names of per-expert projections, in the order tried
     projections: ClassVar[tuple[tuple[str, str, str], ...]] = (("gate_proj", "up_proj", "down_proj"),)
     expert_count_keys: ClassVar[tuple[str, ...]] = ("num_experts", "num_local_experts", "n_routed_experts")

@@ -289,22 +289,81 @@ def stacked_views(index: SafetensorsIndex, name: str) -> Callable[[int], list[np
 
 def stacked(family: Family, group: ExpertGroup, dims: Dims, index: SafetensorsIndex) -> LayerBanks:
     custom = family.stacked(group, dims, index)
-    if custom is not None:
-        fmt, options, banks = custom
-        return LayerBanks(group.layer, LayerFormat.of(fmt, {**options, **family.options(fmt)}), banks)
+    if custom is None:
+        if any(rest.startswith(("gate_proj.", "up_proj.", "down_proj.")) for rest in group.names):
+            custom = _switch_mlp(group, dims, index)
+        else:
+            custom = _fused_bf16(group, dims, index)
+    fmt, options, banks = custom
+    return LayerBanks(group.layer, LayerFormat.of(fmt, {**options, **family.options(fmt)}), banks)
+
+
+def _fused_bf16(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
+    """transformers 5's fused experts: gate_up_proj [E, 2I, H] (gate rows, then up rows), down_proj [E, H, I]."""
     L, E, H, I = group.layer, dims.E, dims.H, dims.I
-    need = ("gate_up_proj", "down_proj")
-    check_names(group, need)
+    check_names(group, ("gate_up_proj", "down_proj"))
     gu, d = group.names["gate_up_proj"], group.names["down_proj"]
     first = index.info(gu)
     if first.dtype != "bf16":
         raise UnsupportedError(f"layer {L}: stacked expert tensor {gu!r} is {first.dtype}; stacked experts must be bf16")
     expect(index, gu, L, "bf16", (E, 2 * I, H), " ([E, 2I, H]: gate rows then up rows)")
     expect(index, d, L, "bf16", (E, H, I), " ([E, H, I])")
-    return LayerBanks(L, LayerFormat.of("bf16", family.options("bf16")), {
+    return "bf16", {}, {
         "gate_up": BankSource("bf16", (2 * I, H), E, stacked_views(index, gu)),
         "down": BankSource("bf16", (H, I), E, stacked_views(index, d)),
-    })
+    }
+
+
+def _switch_mlp(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
+    """MLX `switch_mlp.{gate,up,down}_proj.{weight[,scales,biases]}`, each [E, out, ...].
+
+    Quantized: weight u32 [E, out, in*bits/32] (an LSB-first bit stream per row), scales and
+    biases [E, out, in/group_size] in the model dtype -> `affine` (w = scale * q + offset;
+    MLX's "biases" become the offset banks). Unquantized bf16 -> `bf16`.
+    """
+    L, E, H, I = group.layer, dims.E, dims.H, dims.I
+    projs = ("gate_proj", "up_proj", "down_proj")
+    quant = "gate_proj.scales" in group.names
+    sfx = ("weight", "scales", "biases") if quant else ("weight",)
+    check_names(group, [f"{p}.{s}" for p in projs for s in sfx])
+    n = {(p, s): group.names[f"{p}.{s}"] for p in projs for s in sfx}
+    if not quant:
+        for p in projs:
+            o, i = _io(dims, ROLES[projs.index(p)])
+            expect(index, n[p, "weight"], L, "bf16", (E, o, i))
+        return "bf16", {}, {
+            "gate_up": BankSource("bf16", (2 * I, H), E, _stacked_pair(index, n["gate_proj", "weight"], n["up_proj", "weight"])),
+            "down": BankSource("bf16", (H, I), E, stacked_views(index, n["down_proj", "weight"])),
+        }
+    w0, s0 = index.info(n["gate_proj", "weight"]), index.info(n["gate_proj", "scales"])
+    if w0.dtype != "u32" or len(w0.shape) != 3 or len(s0.shape) != 3 or s0.dtype not in ("bf16", "f16", "f32"):
+        raise UnsupportedError(f"layer {L}: {w0.name!r} is {w0.dtype} {list(w0.shape)}; expected MLX affine u32 [E, out, packed]")
+    bits, rem = divmod(w0.shape[2] * 32, H)
+    gs = H // s0.shape[2] if s0.shape[2] else 0
+    if rem or bits not in (2, 3, 4, 5, 6, 8) or not gs or H % gs or I % gs or (I * bits) % 32:
+        raise UnsupportedError(f"layer {L}: {w0.name!r} {list(w0.shape)} with scales {list(s0.shape)} is not an MLX affine layout this reader handles")
+    sd = s0.dtype
+    for p in projs:
+        o, i = _io(dims, ROLES[projs.index(p)])
+        expect(index, n[p, "weight"], L, "u32", (E, o, i * bits // 32), f" ({bits}-bit affine, as gate_proj)")
+        expect(index, n[p, "scales"], L, sd, (E, o, i // gs), f" (group size {gs}, as gate_proj)")
+        expect(index, n[p, "biases"], L, sd, (E, o, i // gs), f" (group size {gs}, as gate_proj)")
+
+    def pair(s: str):
+        return _stacked_pair(index, n["gate_proj", s], n["up_proj", s])
+
+    return "affine", {"bits": bits, "group_size": gs}, {
+        "gate_up": BankSource("u32", (2 * I, H * bits // 32), E, pair("weight")),
+        "down": BankSource("u32", (H, I * bits // 32), E, stacked_views(index, n["down_proj", "weight"])),
+        "gate_up_scale": BankSource(sd, (2 * I, H // gs), E, pair("scales")),
+        "down_scale": BankSource(sd, (H, I // gs), E, stacked_views(index, n["down_proj", "scales"])),
+        "gate_up_offset": BankSource(sd, (2 * I, H // gs), E, pair("biases")),
+        "down_offset": BankSource(sd, (H, I // gs), E, stacked_views(index, n["down_proj", "biases"])),
+    }
+
+
+def _stacked_pair(index: SafetensorsIndex, gate: str, up: str) -> Callable[[int], list[np.ndarray]]:
+    return lambda e: [index.array(gate)[e], index.array(up)[e]]
 
 
 def check_names(group: ExpertGroup, need: Sequence[str], optional: Sequence[str] = ()) -> None:

@@ -37,6 +37,7 @@ def _deinterleave(index, name: str, last: bool = False):
 class GptOss(Family):
     name = "gpt_oss"
     model_types = ("gpt_oss",)
+    expert_blocks = ("mlp.experts",)
     expert_count_keys = ("num_local_experts",)
     width_keys = ("intermediate_size",)
 

@@ -10,7 +10,7 @@ from .base import Family
 class Mixtral(Family):
     name = "mixtral"
     model_types = ("mixtral",)
-    expert_blocks = ("block_sparse_moe.experts", "mlp.experts")
+    expert_blocks = ("block_sparse_moe.experts", "mlp.experts", "block_sparse_moe.switch_mlp")
     projections = (("w1", "w3", "w2"), ("gate_proj", "up_proj", "down_proj"))
     expert_count_keys = ("num_local_experts",)
     width_keys = ("intermediate_size",)
