@@ -353,8 +353,12 @@ class FtwFile:
         try:
             # decompress() allocates what the frame header claims: check the claim first
             declared = zstandard.frame_content_size(frame)
-        except zstandard.ZstdError as e:
+            stored = _zstd_frame_nbytes(frame)
+        except (zstandard.ZstdError, ValueError) as e:
             raise FormatError(f"{where}: corrupt zstd frame header ({e})") from None
+        if stored != len(frame):
+            # decompress() would silently ignore what follows the frame (even a second one)
+            raise FormatError(f"{where}: the row's {len(frame)} bytes hold a {stored}-byte zstd frame")
         if declared != info.row_nbytes:
             raise FormatError(
                 f"{where}: zstd frame declares {declared} bytes, the row has {info.row_nbytes}"
@@ -453,6 +457,30 @@ class FtwFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _zstd_frame_nbytes(frame: memoryview) -> int:
+    """The stored size of the zstd frame that starts frame (RFC 8878 3.1.1), from its block
+    headers alone; ValueError where the blocks run past the end or a header is invalid."""
+    import zstandard
+
+    if bytes(frame[:4]) != ZSTD_MAGIC:
+        raise ValueError("not a zstd frame (skippable frames and others are not rows)")
+    pos = zstandard.frame_header_size(frame)  # magic and frame header
+    checksum = 4 if frame[4] & 0x04 else 0
+    while True:
+        if pos + 3 > len(frame):
+            raise ValueError("frame cut short")
+        header = int.from_bytes(frame[pos : pos + 3], "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            raise ValueError("reserved block type")
+        pos += 3 + (1 if kind == 1 else size)  # an RLE block stores its one byte
+        if last:
+            return pos + checksum
 
 
 def _join_planes(planes: np.ndarray, itemsize: int, dst: np.ndarray) -> None:

@@ -460,3 +460,28 @@ def test_copy_of_valid_index_still_opens(sample):
     sample.write_bytes(with_index(data, copy.deepcopy(index_of(data))))
     with ftw.open(sample) as f:
         f.verify()
+
+
+def test_bytes_after_a_zstd_frame_are_refused(zsample):
+    """A slot holds exactly one frame: zstd libraries would decode the first and drop the rest."""
+    layer, name, bank = _zbank(zsample)
+    data = zsample.read_bytes()
+    table = _table(data, bank)
+    table[1] = table[2]  # slot 0 now holds frames 0 and 1; slot 1 is empty
+    zsample.write_bytes(patch_blob(data, bank["row_table"], 0, table.tobytes(), reseal=True))
+    with ftw.open(zsample) as f:
+        f.verify()  # checksums and the table's shape are fine
+        with pytest.raises(FormatError, match=f"expert 0: the row's .* bytes hold a .*-byte zstd frame"):
+            f.expert_row(layer, name, 0)
+        with pytest.raises(FormatError, match="expert 1: corrupt zstd frame header"):
+            f.expert_row(layer, name, 1)
+
+
+def test_skippable_zstd_frame_is_not_a_row(zsample):
+    layer, name, bank = _zbank(zsample)
+    data = zsample.read_bytes()
+    start = int(_table(data, bank)[0])
+    zsample.write_bytes(patch_blob(data, bank, start, b"\x50\x2a\x4d\x18", reseal=True))
+    with ftw.open(zsample) as f:
+        with pytest.raises(FormatError, match="expert 0: corrupt zstd frame header"):
+            f.expert_row(layer, name, 0)
