@@ -168,10 +168,6 @@ def _fused_originals(model) -> dict[int, dict]:
     return out
 
 
-def _moe_layers(model) -> list[int]:
-    return sorted(_fused_originals(model))
-
-
 # --------------------------------------------------------------------------- entries
 
 
@@ -335,7 +331,7 @@ class Base:
             gen = Path(tmp) / "m" / "generation_config.json"
             self.generation = gen.read_text() if gen.exists() else None
 
-    def pop_experts(self, pre: str, proj) -> None:
+    def pop_experts(self, pre: str) -> None:
         for k in [k for k in self.sd if k.startswith(pre + ".")]:
             del self.sd[k]
 
@@ -397,7 +393,7 @@ def _put_expert(sd: dict, base: str, fmt: str, w: np.ndarray, scale_suffix: str 
 def _write_per_expert(b: Base, naming: dict, formats: dict[int, str], scale_suffix=".weight_scale_inv") -> None:
     for layer, fmt in formats.items():
         pre = f"{naming['layers']}{layer}.{naming['experts']}"
-        b.pop_experts(pre, naming["proj"])
+        b.pop_experts(pre)
         o = b.originals[layer]
         for e in range(o["gate"].shape[0]):
             for p, pname in zip(L.PROJ, naming["proj"]):
@@ -604,7 +600,6 @@ def make_mixed_gpt_oss_mxfp4_bf16(out_dir, seed=0) -> Made:
 def _deepseek_v4_native(name, out_dir, seed, expert_dtype, notes) -> Made:
     dims = SMALL
     b = Base("deepseek_v4", _seed_for(name, seed), **dims)
-    tf_naming = _naming("model.layers.", "ffn.experts", W132)
     formats = {l: ("ds_fp4" if expert_dtype == "fp4" else "fp8_block") for l in b.originals}
     # transformers writes model.-prefixed names; the official release has none
     renamed = {}
@@ -621,7 +616,6 @@ def _deepseek_v4_native(name, out_dir, seed, expert_dtype, notes) -> Made:
                quantization_config=dict(FP8_QCONFIG, scale_fmt="ue8m0", expert_dtype=expert_dtype))
     out = Path(out_dir) / "st" / name
     b.save(out, cfg)
-    del tf_naming
     entry = _hand_entry(name, "deepseek_v4", "per_expert", formats, dims, naming, notes,
                         act_block=128 if expert_dtype == "fp4" else None)
     return Made(_finish(Path(out_dir), entry), b.originals)
@@ -770,6 +764,17 @@ def _update_readme(path: Path, manifest: dict) -> None:
     path.write_text(head + BEGIN + "\n" + readme_table(manifest) + "\n" + END + tail)
 
 
+def made_with() -> dict:
+    """Library versions the bytes depend on: another version may init or pack differently."""
+    import compressed_tensors
+    import safetensors
+    import transformers
+
+    return {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+            "compressed-tensors": compressed_tensors.__version__, "safetensors": safetensors.__version__,
+            "numpy": np.__version__}
+
+
 def make_sample(name: str, out_dir, seed: int = 0) -> Made:
     return SAMPLES[name](Path(out_dir), seed)
 
@@ -785,7 +790,7 @@ def make_all(out_dir=HERE, seed: int = 0, only: list[str] | None = None) -> dict
             continue
         entries[name] = make_sample(name, out_dir, seed).entry
         print(f"  {name:32s} {entries[name]['size'] / 1024:7.0f} KiB")
-    manifest = {"seed": seed, "samples": {k: entries[k] for k in SAMPLES if k in entries}}
+    manifest = {"seed": seed, "made_with": made_with(), "samples": {k: entries[k] for k in SAMPLES if k in entries}}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     _update_readme(out_dir / "README.md", manifest)
     return manifest

@@ -9,7 +9,6 @@ weights stay close to the floats they came from (the tests bound the error).
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 
@@ -250,5 +249,3 @@ def per_expert_tensors(fmt: str, entry: dict, o: int, i: int) -> dict[str, tuple
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
-
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "json", "math", "struct")]
