@@ -7,6 +7,7 @@ Q6_K) of random bytes under bench/_data (valid block sizes, so fine for throughp
 one run measures:
 - `ftw convert` (writers.convert.convert: reader -> FtwWriter, fsync, rename) against
   `cp` + fsync of the same file to the same disk, alternating, best of --rounds each;
+- the reader alone: every row written with os.write to one file + fsync (no container);
 - bytes the OS brings in when one layer is read through the reader, after evicting the file
   from the page cache (mincore over the map), against that layer's size.
 The data is deleted afterwards unless --keep.
@@ -102,6 +103,30 @@ def convert_once(src: str, dst: str) -> float:
     return time.perf_counter() - t
 
 
+def standin_once(src: str, dst: str) -> float:
+    """The reader alone: every bank row and tensor written sequentially with os.write, fsync
+    (no index, no checksums): what the reader costs, apart from the container writer."""
+    from readers.gguf_reader import GgufReader
+
+    t = time.perf_counter()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with GgufReader(src) as r:
+            for lb in r.plan():
+                for b in lb.banks.values():
+                    for e in range(b.num_experts):
+                        for p in b.row(e):
+                            view = memoryview(p).cast("B")
+                            while view:
+                                view = view[os.write(fd, view):]
+            for st in r.tensors():
+                os.write(fd, memoryview(st.data()).cast("B"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t
+
+
 def one_layer_touch(src: str, layer: int) -> tuple[int, int, int]:
     """(bytes resident after reading layer's rows, of which inside the layer, the layer's bytes)."""
     from readers.gguf_reader import GgufReader
@@ -148,17 +173,20 @@ def main() -> None:
         print(f"made {src}: {size / GiB:.2f} GiB, experts {experts / GiB:.2f} GiB, {n_layers} layers "
               f"({time.perf_counter() - t:.1f} s)", file=sys.stderr)
         warm(src)  # both sides start from a warm source: the comparison is of the write paths
-        cps, convs = [], []
-        for _ in range(args.rounds):
+        cps, convs, stands = [], [], []
+        for _ in range(args.rounds):  # interleaved, so disk noise from other work hits all three
             cps.append(cp_baseline(src, cp_dst))
             os.remove(cp_dst)
             convs.append(convert_once(src, ftw_dst))
             os.remove(ftw_dst)
-        cp_s, conv_s = min(cps), min(convs)
+            stands.append(standin_once(src, ftw_dst))
+            os.remove(ftw_dst)
+        cp_s, conv_s, stand_s = min(cps), min(convs), min(stands)
         touched, inside, layer_nbytes = one_layer_touch(src, n_layers // 2)
         figs = {
             "file_gib": size / GiB, "expert_gib": experts / GiB, "layers": n_layers,
-            "cp_s": cps, "convert_s": convs,
+            "cp_s": cps, "convert_s": convs, "reader_write_s": stands,
+            "ratio_reader_write_vs_cp": cp_s / stand_s,
             "cp_gbps": size / cp_s / 1e9, "convert_gbps": size / conv_s / 1e9,
             "ratio_convert_vs_cp": cp_s / conv_s,
             "one_layer_bytes": layer_nbytes, "one_layer_touched": touched, "one_layer_touched_inside": inside,
@@ -170,7 +198,9 @@ def main() -> None:
         else:
             print(f"cp + fsync      {cp_s:7.2f} s  {figs['cp_gbps']:.2f} GB/s   (rounds: {', '.join(f'{x:.2f}' for x in cps)})")
             print(f"ftw convert     {conv_s:7.2f} s  {figs['convert_gbps']:.2f} GB/s   (rounds: {', '.join(f'{x:.2f}' for x in convs)})")
-            print(f"convert speed / cp speed: {figs['ratio_convert_vs_cp']:.2f}x (goal >= 0.8x)")
+            print(f"reader + write  {stand_s:7.2f} s  {size / stand_s / 1e9:.2f} GB/s   (rounds: {', '.join(f'{x:.2f}' for x in stands)})")
+            print(f"convert speed / cp speed: {figs['ratio_convert_vs_cp']:.2f}x (goal >= 0.8x); "
+                  f"reader + plain write / cp: {figs['ratio_reader_write_vs_cp']:.2f}x")
             print(f"one layer: {layer_nbytes / 2**20:.1f} MiB; the OS brought in {touched / 2**20:.1f} MiB "
                   f"({inside / 2**20:.1f} MiB inside the layer, {(touched - inside) / 2**20:.1f} MiB read-around "
                   f"and header) of the {size / 2**20:.0f} MiB file")

@@ -305,8 +305,15 @@ class GgufReader(CheckpointReader):
     def _bank(self, dtype: str, row_shape: tuple[int, ...], parts: list[TensorInfo]) -> BankSource:
         # a view of the map reads nothing: pages are touched only when a row's bytes are used
         views = [self._view(t) for t in parts]
+        populated = []
 
         def row(e: int) -> list[np.ndarray]:
+            if not populated:
+                # the whole bank is about to be read: map its pages in one call each
+                # rather than fault them in a few KiB at a time
+                populated.append(True)
+                for t in parts:
+                    self._files[t.shard].populate(t)
             return [v[e] for v in views]
 
         return BankSource(dtype=dtype, row_shape=row_shape, num_experts=self.model.num_experts, row=row)
@@ -333,6 +340,10 @@ class GgufReader(CheckpointReader):
 
     def source_files(self) -> list[str]:
         return [f.path for f in self._files]
+
+    def release_pages(self) -> None:
+        for f in self._files:
+            f.release_pages()
 
     def release_pages(self) -> None:
         for f in self._files:
