@@ -176,6 +176,7 @@ def _naming(layers="model.layers.", experts="mlp.experts", proj=STD, **kw) -> di
 
 
 def _entry(name, family, layout, formats, E, H, I, num_layers, naming, writer, notes="", **kw) -> dict:
+    kw.setdefault("mtp_layers", [])
     return dict(
         name=name, family=family, path=f"st/{name}", layout=layout,
         formats={str(k): v for k, v in sorted(formats.items())},
