@@ -145,6 +145,12 @@ def projection(rng, fmt: str, out: int, inp: int, block=(128, 128)):
         w, s, g = rand_bytes(rng, (out, inp // 2)), rand_e4m3(rng, (out, inp // 16), True), rand_f32(rng, (1,), 100, 3000)
         ref = dec_fp4(w) * group(dec_e4m3(s), inp) / np.float64(g[0])
         return {"weight_packed": ("U8", w), "weight_scale": ("F8_E4M3", s), "weight_global_scale": ("F32", g)}, ref
+    if fmt == "fp8_ct":  # compressed-tensors block FP8: `weight_scale`, not `weight_scale_inv`
+        t, ref = projection(rng, "fp8_block", out, inp, block)
+        return {"weight": t["weight"], "weight_scale": t["weight_scale_inv"]}, ref
+    if fmt == "mxfp8":
+        w, s = rand_e4m3(rng, (out, inp)), rand_e8m0(rng, (out, inp // 32))
+        return {"weight": ("F8_E4M3", w), "weight_scale": ("U8", s)}, dec_e4m3(w) * group(np.exp2(s.astype(np.float64) - 127), inp)
     if fmt == "ds_fp4":
         w, s = rand_bytes(rng, (out, inp // 2), np.int8), rand_e8m0(rng, (out, inp // 32))
         ref = dec_fp4(w) * group(np.exp2(s.astype(np.float64) - 127), inp)
@@ -152,7 +158,8 @@ def projection(rng, fmt: str, out: int, inp: int, block=(128, 128)):
     raise ValueError(fmt)
 
 
-CANON = {"bf16": "bf16", "fp8_block": "fp8_block", "fp8_v4": "fp8_block", "nvfp4_modelopt": "nvfp4",
+CANON = {"bf16": "bf16", "fp8_block": "fp8_block", "fp8_v4": "fp8_block", "fp8_ct": "fp8_block", "mxfp8": "mxfp8",
+         "nvfp4_modelopt": "nvfp4",
          "nvfp4_ct": "nvfp4", "ds_fp4": "ds_fp4"}
 
 

@@ -185,3 +185,24 @@ def test_truncated_shard_in_sharded_checkpoint(tmp_path):
         f.truncate(os.path.getsize(p) - 1)
     with pytest.raises(SourceError, match=rf"{last}: tensor '.*': truncated shard"):
         SafetensorsReader(folder)
+
+
+def test_open_checkpoint_picks_safetensors_reader(tmp_path):
+    from readers import open_checkpoint
+
+    folder, _ = build(tmp_path / "ck", "mixtral", ["bf16"])
+    with open_checkpoint(folder) as r:
+        assert isinstance(r, SafetensorsReader) and r.name == "safetensors/mixtral"
+
+
+def test_threads_share_one_index(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder, refs = build(tmp_path / "ck", "qwen3_moe", ["nvfp4_modelopt"] * 4, E=8)
+    with SafetensorsReader(folder) as r:
+        lbs = r.plan()
+        jobs = [(lb, k, e) for lb in lbs for k in lb.banks for e in range(8)]
+        with ThreadPoolExecutor(4) as ex:
+            rows = list(ex.map(lambda j: j[0].banks[j[1]].row_array(j[2]).tobytes(), jobs))
+        assert rows == [lb.banks[k].row_array(e).tobytes() for lb, k, e in jobs]
+        assert r.index.bytes_read == sum(r.index.info(t).nbytes for t in r.index.touched)

@@ -44,6 +44,8 @@ BYTES = {
     "bf16": {"gate_up": "weight", "down": "weight"},
     "fp8_block": {"gate_up": "weight", "down": "weight", "gate_up_scale": "weight_scale_inv", "down_scale": "weight_scale_inv"},
     "fp8_v4": {"gate_up": "weight", "down": "weight", "gate_up_scale": "scale", "down_scale": "scale"},
+    "fp8_ct": {"gate_up": "weight", "down": "weight", "gate_up_scale": "weight_scale", "down_scale": "weight_scale"},
+    "mxfp8": {"gate_up": "weight", "down": "weight", "gate_up_scale": "weight_scale", "down_scale": "weight_scale"},
     "ds_fp4": {"gate_up": "weight", "down": "weight", "gate_up_scale": "scale", "down_scale": "scale"},
     "nvfp4_modelopt": {"gate_up": "weight", "down": "weight", "gate_up_scale": "weight_scale", "down_scale": "weight_scale"},
     "nvfp4_ct": {"gate_up": "weight_packed", "down": "weight_packed", "gate_up_scale": "weight_scale", "down_scale": "weight_scale"},
@@ -104,6 +106,8 @@ CASES = [
     ("qwen3_moe", ["bf16", "nvfp4_modelopt", "nvfp4_modelopt", "bf16"]),
     ("deepseek_v3", [None, "fp8_block", "nvfp4_ct", "bf16"]),
     ("glm_moe_dsa", [None, "bf16", "nvfp4_modelopt", "fp8_block", "stacked"]),
+    # compressed-tensors FP8 flavours
+    ("qwen3_moe", ["fp8_ct", "mxfp8", "nvfp4_ct"]),
 ]
 
 

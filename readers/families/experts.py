@@ -88,6 +88,7 @@ SIGNATURES = {
     frozenset({"weight"}): "plain",
     frozenset({"weight", "weight_scale_inv"}): "fp8_block",
     frozenset({"weight", "scale"}): "scaled",  # deepseek_v4: fp8 block or int8-packed fp4
+    frozenset({"weight", "weight_scale"}): "ct_fp8",  # compressed-tensors: fp8 block or mxfp8
     frozenset({"weight", "weight_scale", "weight_scale_2"}): "nvfp4_modelopt",
     frozenset({"weight_packed", "weight_scale", "weight_global_scale"}): "nvfp4_ct",
 }
@@ -121,6 +122,7 @@ def per_expert(family: Family, group: ExpertGroup, dims: Dims, index: Safetensor
         "plain": _plain,
         "fp8_block": _fp8,
         "scaled": _scaled,
+        "ct_fp8": _ct_fp8,
         "nvfp4_modelopt": _nvfp4,
         "nvfp4_ct": _nvfp4,
     }[kind]
@@ -235,6 +237,37 @@ def _scaled(names, dims, index, L, kind):
     return "ds_fp4", {"act_block": 128}, {
         "gate_up": BankSource("i8", (2 * I, H // 2), E, views(index, gu)),
         "down": BankSource("i8", (H, I // 2), E, views(index, d)),
+        "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, views(index, gus)),
+        "down_scale": BankSource("e8m0", (H, I // 32), E, views(index, ds)),
+    }
+
+
+def _ct_fp8(names, dims, index, L, kind):
+    """compressed-tensors e4m3 weights with `weight_scale`: per-32 E8M0 bytes (mxfp8) or 2-D block scales."""
+    w, sc = index.info(names["gate"]["weight"][0]), index.info(names["gate"]["weight_scale"][0])
+    if w.dtype != "f8_e4m3":
+        raise UnsupportedError(f"layer {L}: expert tensor {w.name!r} is {w.dtype}; expected F8_E4M3 next to weight_scale")
+    if sc.dtype == "f32":  # block scales; a per-channel [out, 1] one is the block (1, >= in)
+        return _fp8(names, dims, index, L, kind, suffix="weight_scale")
+    if sc.dtype not in ("u8", "e8m0"):
+        raise UnsupportedError(
+            f"layer {L}: expert tensor {sc.name!r} is {sc.dtype} {list(sc.shape)}; ftw reads FP8 experts with "
+            f"float32 block scales or E8M0 per-32 scales (per-tensor/per-channel FP8 is not handled)"
+        )
+    E, H, I = dims.E, dims.H, dims.I
+    if H % 32 or I % 32:
+        raise SourceError(f"layer {L}: MXFP8 experts need H and I multiples of 32 (H={H}, I={I})")
+    for r in ROLES:
+        o, i = _io(dims, r)
+        for n in names[r]["weight"]:
+            expect(index, n, L, "f8_e4m3", (o, i))
+        for n in names[r]["weight_scale"]:
+            expect(index, n, L, ("u8", "e8m0"), (o, i // 32), " (one E8M0 scale per 32)")
+    gu, d = _pair(names, "weight")
+    gus, ds = _pair(names, "weight_scale")
+    return "mxfp8", {}, {
+        "gate_up": BankSource("f8_e4m3", (2 * I, H), E, views(index, gu)),
+        "down": BankSource("f8_e4m3", (H, I), E, views(index, d)),
         "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, views(index, gus)),
         "down_scale": BankSource("e8m0", (H, I // 32), E, views(index, ds)),
     }
