@@ -191,3 +191,27 @@ def test_non_expert_bytes_exact(tmp_path):
         for t in r.tensors():
             assert t.data().tobytes() == src[t.name].view(torch.uint8).numpy().tobytes()
             assert t.dtype == "bf16"
+
+
+def test_fused_fp8_stacked(tmp_path):
+    """transformers' in-memory FP8 experts saved stacked: gate_up_proj + gate_up_proj_scale_inv."""
+    from st_build import dec_e4m3, rand_e4m3, rand_f32, write_ckpt, family_config
+
+    rng = np.random.default_rng()
+    E, H, I = 3, 256, 256
+    base = "model.layers.0.mlp.experts."
+    gu, gus = rand_e4m3(rng, (E, 2 * I, H)), rand_f32(rng, (E, 4, 2))
+    d, dsc = rand_e4m3(rng, (E, H, I)), rand_f32(rng, (E, 2, 2))
+    t = {base + "gate_up_proj": ("F8_E4M3", gu), base + "gate_up_proj_scale_inv": ("F32", gus),
+         base + "down_proj": ("F8_E4M3", d), base + "down_proj_scale_inv": ("F32", dsc)}
+    folder = write_ckpt(str(tmp_path / "ck"), family_config("qwen3_moe", ["x"], E, H, I), t)
+    with SafetensorsReader(folder) as r:
+        [lb] = r.plan()
+        assert lb.format.name == "fp8_block" and lb.format.options == {"block_size": [128, 128]}
+        for e in range(E):
+            w = dequantize_expert(lb.format, {k: s.row_array(e) for k, s in lb.banks.items()})
+            ref = dec_e4m3(gu[e]) * np.repeat(np.repeat(gus[e].astype(np.float64), 128, 0), 128, 1)
+            np.testing.assert_array_equal(w["gate"], ref[:I])
+            np.testing.assert_array_equal(w["up"], ref[I:])
+            refd = dec_e4m3(d[e]) * np.repeat(np.repeat(dsc[e].astype(np.float64), 128, 0), 128, 1)
+            np.testing.assert_array_equal(w["down"], refd)

@@ -180,20 +180,26 @@ def _plain(names, dims, index, L, kind):
     }
 
 
+def fit_block(pairs: list[tuple[int, int]]) -> int | None:
+    """The block b with ceil(dim / b) == count for every (dim, count); 128 first: it is everyone's."""
+    for b in [128] + [1 << k for k in range(13)]:
+        if all(cdiv(dim, b) == count for dim, count in pairs):
+            return b
+    return None
+
+
 def _block_size(index: SafetensorsIndex, names, dims: Dims, suffix: str, L: int) -> tuple[int, int]:
-    """The block size that fits every projection's scale shape (128 first: it is everyone's)."""
+    """The block size that fits every projection's scale shape (scales, not config, are the truth)."""
     pairs = [(_io(dims, r), index.info(names[r][suffix][0]).shape) for r in ROLES]
     out = []
     for axis in (0, 1):
-        for b in [128] + [1 << k for k in range(0, 13)]:
-            if all(len(s) == 2 and cdiv(io[axis], b) == s[axis] for io, s in pairs):
-                out.append(b)
-                break
-        else:
+        b = fit_block([(io[axis], s[axis]) for io, s in pairs]) if all(len(s) == 2 for _, s in pairs) else None
+        if b is None:
             raise SourceError(
                 f"layer {L}: block scale {names['gate'][suffix][0]!r} has shape "
                 f"{list(pairs[0][1])}: no block size fits the weight shape {list(pairs[0][0])}"
             )
+        out.append(b)
     return out[0], out[1]
 
 
@@ -332,18 +338,52 @@ def stacked(family: Family, group: ExpertGroup, dims: Dims, index: SafetensorsIn
 
 
 def _fused_bf16(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
-    """transformers 5's fused experts: gate_up_proj [E, 2I, H] (gate rows, then up rows), down_proj [E, H, I]."""
+    """transformers 5's fused experts: gate_up_proj [E, 2I, H] (gate rows, then up rows), down_proj [E, H, I].
+
+    Its FP8 form adds `*_scale_inv` [E, ceil(2I/bo), ceil(H/bi)]: gate's blocks then up's,
+    which is the canonical fused scale exactly when I is a multiple of the block.
+    """
     L, E, H, I = group.layer, dims.E, dims.H, dims.I
+    gu, d = group.names.get("gate_up_proj"), group.names.get("down_proj")
+    first = index.info(gu) if gu else None
+    if first is not None and first.dtype == "f8_e4m3":
+        return _fused_fp8(group, dims, index)
     check_names(group, ("gate_up_proj", "down_proj"))
-    gu, d = group.names["gate_up_proj"], group.names["down_proj"]
-    first = index.info(gu)
     if first.dtype != "bf16":
-        raise UnsupportedError(f"layer {L}: stacked expert tensor {gu!r} is {first.dtype}; stacked experts must be bf16")
+        raise UnsupportedError(f"layer {L}: stacked expert tensor {gu!r} is {first.dtype}; stacked experts must be bf16 or F8_E4M3")
     expect(index, gu, L, "bf16", (E, 2 * I, H), " ([E, 2I, H]: gate rows then up rows)")
     expect(index, d, L, "bf16", (E, H, I), " ([E, H, I])")
     return "bf16", {}, {
         "gate_up": BankSource("bf16", (2 * I, H), E, stacked_views(index, gu)),
         "down": BankSource("bf16", (H, I), E, stacked_views(index, d)),
+    }
+
+
+def _fused_fp8(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
+    L, E, H, I = group.layer, dims.E, dims.H, dims.I
+    keys = ("gate_up_proj", "gate_up_proj_scale_inv", "down_proj", "down_proj_scale_inv")
+    check_names(group, keys)
+    n = {k: group.names[k] for k in keys}
+    ds = index.info(n["down_proj_scale_inv"]).shape
+    if len(ds) != 3 or not ds[1] or not ds[2]:
+        raise SourceError(f"layer {L}: {n['down_proj_scale_inv']!r} has shape {list(ds)}, expected [E, H/bo, I/bi]")
+    bo, bi = fit_block([(H, ds[1])]), fit_block([(I, ds[2])])
+    if bo is None or bi is None:
+        raise SourceError(f"layer {L}: {n['down_proj_scale_inv']!r} has shape {list(ds)}: no block size fits H={H}, I={I}")
+    if I % bo:
+        raise UnsupportedError(
+            f"layer {L}: fused FP8 scale {n['gate_up_proj_scale_inv']!r} mixes gate and up rows in one block "
+            f"(I={I} is not a multiple of the block {bo})"
+        )
+    expect(index, n["gate_up_proj"], L, "f8_e4m3", (E, 2 * I, H))
+    expect(index, n["down_proj"], L, "f8_e4m3", (E, H, I))
+    expect(index, n["gate_up_proj_scale_inv"], L, "f32", (E, 2 * I // bo, cdiv(H, bi)), f" (block {bo}x{bi})")
+    expect(index, n["down_proj_scale_inv"], L, "f32", (E, cdiv(H, bo), cdiv(I, bi)), f" (block {bo}x{bi})")
+    return "fp8_block", {"block_size": [bo, bi]}, {
+        "gate_up": BankSource("f8_e4m3", (2 * I, H), E, stacked_views(index, n["gate_up_proj"])),
+        "down": BankSource("f8_e4m3", (H, I), E, stacked_views(index, n["down_proj"])),
+        "gate_up_scale": BankSource("f32", (2 * I // bo, cdiv(H, bi)), E, stacked_views(index, n["gate_up_proj_scale_inv"])),
+        "down_scale": BankSource("f32", (cdiv(H, bo), cdiv(I, bi)), E, stacked_views(index, n["down_proj_scale_inv"])),
     }
 
 
