@@ -152,3 +152,35 @@ def test_shard_changed_after_open(tmp_path):
 def test_no_shards(tmp_path):
     with pytest.raises(SourceError, match="no \\*.safetensors"):
         SafetensorsIndex(tmp_path)
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ftw.errors import FtwError  # noqa: E402
+
+_entry = st.fixed_dictionaries({
+    "dtype": st.one_of(st.sampled_from(["BF16", "F32", "U8", "F8_E8M0", "F4", "C64"]), st.integers(), st.none()),
+    "shape": st.one_of(st.lists(st.integers(-2, 6), max_size=3), st.text(max_size=2)),
+    "data_offsets": st.one_of(st.lists(st.integers(-4, 80), min_size=0, max_size=3), st.none()),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.dictionaries(st.text(min_size=1, max_size=4), _entry, max_size=4), data=st.binary(max_size=64),
+       junk=st.booleans())
+def test_fuzzed_headers_fail_cleanly(tmp_path, header, data, junk):
+    """Whatever a stranger's header says, the index either opens and serves it or raises an FtwError."""
+    h = os.urandom(12) if junk else json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + data)
+    try:
+        idx = SafetensorsIndex(tmp_path)
+    except FtwError:
+        return
+    for n in idx.names():
+        try:
+            a = idx.array(n)
+            assert a.nbytes == idx.info(n).nbytes
+        except FtwError:
+            pass
+    idx.close()
