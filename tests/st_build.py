@@ -223,6 +223,7 @@ GUD = ("gate_proj", "up_proj", "down_proj")
 W132 = ("w1", "w3", "w2")
 NAMING = {  # family -> (layer prefix, expert block, per-expert projection names)
     "qwen3_moe": ("model.layers.", "mlp.experts", GUD),
+    "qwen3_next": ("model.layers.", "mlp.experts", GUD),
     "qwen3_5_moe": ("model.language_model.layers.", "mlp.experts", GUD),
     "deepseek_v3": ("model.layers.", "mlp.experts", GUD),
     "glm4_moe": ("model.layers.", "mlp.experts", GUD),
@@ -238,10 +239,10 @@ def family_config(family: str, fmts: list, E: int, H: int, I: int) -> dict:
     n = len(fmts)
     dense = [i for i, f in enumerate(fmts) if f is None]
     leading = len(dense)
-    assert family in ("qwen3_moe",) or dense == list(range(leading)), "dense layers must lead"
+    assert family in ("qwen3_moe", "qwen3_next") or dense == list(range(leading)), "dense layers must lead"
     c = {"model_type": family, "hidden_size": H, "num_hidden_layers": n, "num_experts_per_tok": 2,
          "hidden_act": "silu", "intermediate_size": 4 * I}
-    if family == "qwen3_moe":
+    if family in ("qwen3_moe", "qwen3_next"):
         c.update(num_experts=E, moe_intermediate_size=I, mlp_only_layers=dense, decoder_sparse_step=1)
     elif family in ("qwen3_5_moe", "glm5_next"):
         tc = dict(c, num_experts=E, n_routed_experts=E, moe_intermediate_size=I,

@@ -90,6 +90,7 @@ CASES = [
     ("qwen3_moe", [f, f]) for f in PER_EXPERT + ["stacked"]
 ] + [
     ("qwen3_moe", [None, "bf16", None, "nvfp4_ct"]),  # mlp_only_layers
+    ("qwen3_next", ["stacked", None, "fp8_block"]),
     ("qwen3_5_moe", ["stacked", "stacked"]),
     ("qwen3_5_moe", ["fp8_block", "fp8_block"]),
     ("deepseek_v3", [None, "fp8_block", "fp8_block"]),

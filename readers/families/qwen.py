@@ -29,3 +29,11 @@ class Qwen3_5Moe(Family):
 
     def expected_first(self, base: str) -> str:
         return f"{base}gate_up_proj"
+
+
+@register
+class Qwen3Next(Qwen3Moe):
+    """Same expert naming and MoE-layer rule as qwen3_moe (transformers' Qwen3NextDecoderLayer); MTP under `mtp.`."""
+
+    name = "qwen3_next"
+    model_types = ("qwen3_next",)
