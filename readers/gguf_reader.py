@@ -324,6 +324,9 @@ class GgufReader(CheckpointReader):
         return [self._source_tensor(info) for name, info in self._infos.items() if name not in taken]
 
     def _source_tensor(self, info: TensorInfo) -> SourceTensor:
+        """Float and integer types keep their values' dtype and numpy shape (ne reversed); a
+        quantized tensor is u8 [..., rows, row_bytes] (its numpy shape with the row as bytes,
+        so [rows, row_bytes] for the usual 2-D weight), with ggml_type/ggml_shape in meta."""
         t = info.type
         meta = {"ggml_type": t.name, "ggml_type_id": t.id, "ggml_shape": list(info.ne)}
         if t.quantized:
