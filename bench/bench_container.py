@@ -139,6 +139,20 @@ def disk_ceiling(path: str, nbytes: int) -> float:
     return nbytes / secs / GB
 
 
+def build_many_blobs(path: str) -> None:
+    """A file whose index is as long as a large real model's: DeepSeek-V3 has 58 MoE layers of
+    4 fp8_block banks and ~1,220 other tensors. Open time follows the blob count, not bytes."""
+    one = np.ones(16, np.uint8)
+    fmt = LayerFormat.of("fp8_block", {"block_size": [128, 128]})
+    with FtwWriter(path, force=True) as w:
+        for layer in range(58):
+            names = ("gate_up", "down", "gate_up_scale", "down_scale")
+            w.add_layer(LayerBanks(layer, fmt, {n: BankSource("u8", (16,), 256, lambda e: [one]) for n in names}))
+        for i in range(61 * 20):
+            name = f"model.layers.{i // 20}.self_attn.projection_{i % 20}.weight"
+            w.add_tensor(SourceTensor(name, "u8", (16,), lambda: one))
+
+
 def bench_write(path: str, size: int, pool: Pool) -> dict:
     secs, nbytes = build(path, size, pool)
     copy = path + ".cp"
@@ -334,6 +348,9 @@ def main() -> None:
         build(small, 100 << 20, pool)
         results["open_100MiB"] = bench_open(small)
         results["open_big"] = bench_open(big)
+        many = os.path.join(DATA, "many_blobs.ftw")
+        build_many_blobs(many)
+        results["open_many_blobs"] = bench_open(many)
         log("verify ...")
         results["verify"] = bench_verify(big)
         log("reading banks ...")
@@ -355,7 +372,7 @@ def report(r: dict) -> None:
     print(f"write  {w['write_GBps']:.3f} GB/s; cp+fsync {w['cp_GBps']:.3f} GB/s; "
           f"write time / cp time = {w['write_time_over_cp']:.2f}x (goal <= 1.25x); plain "
           f"write+fsync {w['disk_write_GBps']:.3f} GB/s, writer at {w['write_over_disk']:.2f}x of it")
-    for key in ("open_100MiB", "open_big"):
+    for key in ("open_100MiB", "open_big", "open_many_blobs"):
         o = r[key]
         print(f"open   {o['file_bytes'] / 2**20:8.0f} MiB, {o['blobs']} blobs: {o['open_ms']:.2f} ms "
               f"({o['read_syscalls_per_open']:.0f} read syscalls); open+pread baseline "
