@@ -66,8 +66,9 @@ def test_sample_matches_library_decoders(name):
         pytest.skip("no library decoder for this sample's formats")
     with SafetensorsReader(folder) as r:
         for lb in r.plan(sorted(lib)):
-            # the libraries compute in float32 (bf16 for some): agreement to their precision
-            compare(banks_dequant(lb), lib[lb.layer], 1e-2, f"{name} layer {lb.layer}")
+            # the libraries decode block FP8 in float32 and NVFP4 in bf16 (measured: 6e-8 and 6e-3)
+            rtol = 1e-6 if lb.format.name == "fp8_block" else 1e-2
+            compare(banks_dequant(lb), lib[lb.layer], rtol, f"{name} layer {lb.layer}")
 
 
 BF16 = [n for n in SAMPLES if "bf16" in n and "nvfp4" not in n and "fp8" not in n and "mxfp4" not in n]
