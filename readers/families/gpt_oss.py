@@ -16,7 +16,7 @@ from ftw.errors import SourceError, UnsupportedError
 
 from . import register
 from .base import Family
-from .experts import check_names, expect, stacked_views
+from .common import check_names, expect, stacked_views
 
 ALPHA = 1.702  # fixed in gpt-oss's activation; the config does not carry it
 
