@@ -165,4 +165,7 @@ def dequantize_expert(fmt: LayerFormat, rows: Rows) -> Weights:
         fn = DEQUANTIZERS[fmt.name]
     except KeyError:
         raise UnsupportedError(f"no dequantizer for layer format {fmt.key()}") from None
-    return fn(fmt, rows)
+    try:
+        return fn(fmt, rows)
+    except NotImplementedError as e:  # gguf.quants lacks a few types (Q8_1, Q8_K, integer types)
+        raise UnsupportedError(f"cannot dequantize layer format {fmt.key()}: {e}") from None
