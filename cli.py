@@ -225,7 +225,9 @@ def check(src, file, experts, threads, as_json) -> None:
             t.add_column(c, justify="left" if c in ("format", "result") else "right")
         for r in report.layers.values():
             t.add_row(str(r.layer), r.format, str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
-                      f"{r.max_abs_err:.3g}", "[green]ok[/]" if r.ok else f"[red]{r.problems[0]}[/]")
+                      f"{r.max_abs_err:.3g}",
+                      (f"[red]{r.problems[0]}[/]" if not r.ok else
+                       "[green]ok[/]" + (f" [yellow]({r.notes[0]})[/]" if r.notes else "")))
         out.print(t)
         out.print(f"container checksums ok; {report.tensors_compared} other tensors "
                   f"({human(report.tensor_bytes_compared)}) and {report.attachments_compared} attachments compared")
