@@ -184,3 +184,17 @@ def test_fuzzed_headers_fail_cleanly(tmp_path, header, data, junk):
         except FtwError:
             pass
     idx.close()
+
+
+def test_release_pages_keeps_views_valid(tmp_path):
+    rng = np.random.default_rng()
+    a = rand_bf16(rng, (512, 512))  # large enough to be populated in one madvise
+    save(tmp_path / "model.safetensors", {"a": ("BF16", a)})
+    idx = SafetensorsIndex(tmp_path)
+    v = idx.array("a")
+    np.testing.assert_array_equal(v, a)
+    idx.release_pages()
+    np.testing.assert_array_equal(v, a)
+    assert idx.array("a") is v and idx.bytes_read == a.nbytes
+    del v
+    idx.close()
