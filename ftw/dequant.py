@@ -124,6 +124,29 @@ def _dq_mxfp8(fmt: LayerFormat, rows: Rows) -> Weights:
     return _split(gu, gu.shape[0] // 2, one("down"))
 
 
+def unpack_bits(words: np.ndarray, bits: int) -> np.ndarray:
+    """MLX packing: each row is an LSB-first bit stream of `bits`-bit unsigned values."""
+    b = np.ascontiguousarray(words).view(np.uint8)
+    stream = np.unpackbits(b, axis=-1, bitorder="little")
+    vals = stream.reshape(*stream.shape[:-1], -1, bits).astype(np.int64)
+    return (vals << np.arange(bits)).sum(-1).astype(np.float64)
+
+
+def _dq_affine(fmt: LayerFormat, rows: Rows) -> Weights:
+    bits = fmt.options["bits"]
+
+    def num(a: np.ndarray) -> np.ndarray:  # bf16 scales arrive as their uint16 bit patterns
+        return bf16(a) if a.dtype == np.uint16 else np.asarray(a, dtype=np.float64)
+
+    def one(p: str) -> np.ndarray:
+        q = unpack_bits(rows[p], bits)
+        cols = q.shape[-1]
+        return q * _blocks(num(rows[p + "_scale"]), cols) + _blocks(num(rows[p + "_offset"]), cols)
+
+    gu = one("gate_up")
+    return _split(gu, gu.shape[0] // 2, one("down"))
+
+
 def _dq_gguf(fmt: LayerFormat, rows: Rows) -> Weights:
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import dequantize
@@ -157,6 +180,7 @@ DEQUANTIZERS: dict[str, Callable[[LayerFormat, Rows], Weights]] = {
     "ds_fp4": _dq_e8m0_fp4,
     "mxfp8": _dq_mxfp8,
     "gguf": _dq_gguf,
+    "affine": _dq_affine,
 }
 
 
