@@ -57,13 +57,20 @@ def test_sample_matches_formula_reference(name):
             compare(got, ref[lb.layer], 2.0**-23 if ct else 0, f"{name} layer {lb.layer}")
 
 
-@pytest.mark.parametrize("name", SAMPLES)
+def _library_decodable() -> list[str]:
+    """Samples with layers compressed-tensors can decode: NVFP4, and block FP8 under HF names
+    (DeepSeek-V4's native `.scale` names are outside its converters)."""
+    man = reference.load_manifest(ROOT)["samples"] if SAMPLES else {}
+    return [n for n in SAMPLES if man[n]["family"] != "deepseek_v4"
+            and {"nvfp4", "fp8_block"} & set(man[n]["formats"].values())]
+
+
+@pytest.mark.parametrize("name", _library_decodable())
 def test_sample_matches_library_decoders(name):
     entry = reference.load_manifest(ROOT)["samples"][name]
     folder = ROOT / entry["path"]
     lib = reference.reference_dequant_library(folder, entry)
-    if not lib:
-        pytest.skip("no library decoder for this sample's formats")
+    assert lib, f"compressed-tensors decoded no layer of {name}"
     with SafetensorsReader(folder) as r:
         for lb in r.plan(sorted(lib)):
             # the libraries decode block FP8 in float32 and NVFP4 in bf16 (measured: 6e-8 and 6e-3)
