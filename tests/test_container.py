@@ -14,7 +14,7 @@ from ftw.banks import BankSource, LayerBanks
 from ftw.formats import LayerFormat
 from writers import FtwWriter
 
-from helpers_container import E, footer, index_of, rng, write_sample  # noqa: F401 (rng: fixture)
+from helpers_container import E, footer, index_of, rng, with_index, write_sample  # noqa: F401 (rng: fixture)
 
 
 @pytest.fixture(params=[None, 3], ids=["raw", "zstd3"])
@@ -81,9 +81,9 @@ def test_codecs_chosen_by_content(tmp_path, rng):
 
 
 def test_compressed_rows_are_independent_frames(tmp_path, rng):
-    exp = write_sample(tmp_path / "z.ftw", rng, level=3)
     import zstandard
 
+    exp = write_sample(tmp_path / "z.ftw", rng, level=3)
     with ftw.open(tmp_path / "z.ftw") as f:
         info = f.layers[1]["gate_up"]
         table = np.frombuffer(f.mm, "<u8", E + 1, info.row_table.offset)
@@ -207,8 +207,6 @@ def test_zero_row_banks_and_zero_experts(tmp_path, rng):
 
 
 def test_unknown_keys_and_minor_versions_are_ignored(tmp_path, rng):
-    from helpers_container import with_index
-
     path = tmp_path / "m.ftw"
     exp = write_sample(path, rng)
     data = path.read_bytes()
