@@ -581,7 +581,7 @@ def _gpt_oss(name, out_dir, seed, formats, dims, notes) -> Made:
     out = Path(out_dir) / "st" / name
     b.save(out, dict(b.config, quantization_config=qc))
     entry = _hand_entry(name, "gpt_oss", "stacked", formats, dims, _naming(), notes,
-                        activation={"swiglu_limit": b.config.get("swiglu_limit", 7.0), "alpha": 1.702})
+                        activation={"swiglu_limit": b.config.get("swiglu_limit", 7.0), "swiglu_alpha": 1.702})
     return Made(_finish(Path(out_dir), entry), b.originals)
 
 

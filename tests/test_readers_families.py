@@ -131,8 +131,9 @@ def test_options_and_shape(tmp_path):
     folder, _ = build(tmp_path / "a", "gpt_oss", ["mxfp4", "bf16_gptoss"])
     with SafetensorsReader(folder) as r:
         f = r.layer_formats()
-        assert f[0].name == "mxfp4" and f[0].options == {"swiglu_limit": 7.0, "alpha": 1.702}
-        assert f[1].name == "bf16" and f[1].options == {"swiglu_limit": 7.0, "alpha": 1.702}
+        assert f[0].name == "mxfp4" and f[0].options == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+        assert f[1].name == "bf16" and f[1].options == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+        assert r.model.extra == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
         assert set(r.plan([1])[0].banks) == {"gate_up", "down", "gate_up_bias", "down_bias"}
         assert (r.model.num_experts, r.model.hidden_size, r.model.moe_intermediate_size) == (4, 64, 32)
     folder, _ = build(tmp_path / "b", "deepseek_v4", ["ds_fp4", "fp8_v4"], H=256, I=160)

@@ -45,7 +45,11 @@ class GptOss(Family):
         return "swiglu_oai"
 
     def options(self, fmt: str) -> dict[str, Any]:
-        return {"swiglu_limit": float(self.text.get("swiglu_limit", 7.0)), "alpha": ALPHA}
+        # the same keys the GGUF reader puts in the model's extra: one name per concept
+        return {"swiglu_limit": float(self.text.get("swiglu_limit", 7.0)), "swiglu_alpha": ALPHA}
+
+    def extra(self) -> dict[str, Any]:
+        return self.options("")
 
     def expected_first(self, base: str) -> str:
         return f"{base}gate_up_proj_blocks"
