@@ -69,14 +69,18 @@ def warm(paths: list[str]) -> None:
 
 
 def run_child(code: str) -> tuple[float, int]:
-    """Run python code in a child; returns (seconds, peak RSS bytes of that child)."""
+    """Run python code in a child; returns (seconds, the child's peak RSS in bytes).
+
+    The child reports its own VmHWM: wait4's ru_maxrss would count the parent's pages that
+    the fork shared before exec, and this parent holds the benchmark's data."""
+    report = "\nprint('VmHWM', [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run([sys.executable, "-c", code + report], cwd=ROOT, capture_output=True, text=True)
     dt = time.perf_counter() - t
-    if status != 0:
-        raise SystemExit(f"child failed ({status}): {code[:200]}")
-    return dt, usage.ru_maxrss * 1024
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    hwm = [l for l in proc.stdout.splitlines() if l.startswith("VmHWM")][-1]
+    return dt, int(hwm.split()[1]) * 1024
 
 
 def report(rows: list[tuple[str, str, str]], as_json: bool, extra: dict | None = None) -> None:

@@ -57,6 +57,7 @@ class FtwWriter:
         progress: Progress | None = None,
     ):
         self._file = AtomicFile(path, force=force)
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="ftw-hash")
         self.path = self._file.path
         self._pos = 0
         self._level = compress_level
@@ -87,9 +88,17 @@ class FtwWriter:
         """Write chunks as one aligned blob; returns its {offset, nbytes, xxh3}."""
         offset = self._align()
         h = xxhash.xxh3_64()
+        # hash each chunk on a second core while this one writes it: xxhash releases the GIL,
+        # and one worker keeps the updates in order
+        prev = None
         for c in chunks:
-            h.update(c)
+            fut = self._hasher.submit(h.update, c)
             self._write(c)
+            if prev is not None:
+                prev.result()
+            prev = fut
+        if prev is not None:
+            prev.result()
         return {"offset": offset, "nbytes": self._pos - offset, "xxh3": h.hexdigest()}
 
     # -- public -------------------------------------------------------------------------
@@ -130,6 +139,14 @@ class FtwWriter:
 
     def close(self) -> None:
         """Write the index and footer, then move the file into place."""
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        self._hasher.shutdown()
+
+    def _finish(self) -> None:
         index = json.dumps(self._index, separators=(",", ":"), sort_keys=True).encode()
         if len(index) > spec.MAX_INDEX_NBYTES:
             raise FtwError(f"{self.path}: index of {len(index)} bytes exceeds the format's cap")
@@ -146,6 +163,7 @@ class FtwWriter:
         self._file.commit()
 
     def abort(self) -> None:
+        self._hasher.shutdown(cancel_futures=True)
         self._file.abort()
 
     def __enter__(self) -> "FtwWriter":
