@@ -49,12 +49,16 @@ def main() -> None:
     warm(shards)
     dst = src + ".ftw"
     code = f"from writers.convert import convert; convert({src!r}, {dst!r}, force=True)"
-    cp_s, conv_s, conv_rss = float("inf"), float("inf"), 0
+    rounds, conv_rss = [], 0
     for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits both alike
-        cp_s = min(cp_s, cp_baseline(src, src + ".cp"))
+        c = cp_baseline(src, src + ".cp")
         shutil.rmtree(src + ".cp")
         t, rss = run_child(code)
-        conv_s, conv_rss = min(conv_s, t), max(conv_rss, rss)
+        rounds.append((c, t))
+        conv_rss = max(conv_rss, rss)
+    cp_s, conv_s = min(c for c, _ in rounds), min(t for _, t in rounds)
+    paired = sorted(t / c for c, t in rounds)
+    median = paired[len(paired) // 2]
     dst_nbytes = os.path.getsize(dst)
 
     import ftw
@@ -77,6 +81,8 @@ def main() -> None:
         ("source checkpoint", f"{src_nbytes / GiB:.2f} GiB", f"{len(shards)} shards"),
         ("cp -r + fsync (best of N)", f"{cp_s:.2f} s", f"{src_nbytes / cp_s / GiB:.2f} GiB/s (baseline)"),
         ("ftw convert (best of N)", f"{conv_s:.2f} s", f"{conv_s / cp_s:.2f}x cp time (goal <= 1.3x)"),
+        ("  per round: cp / convert s", " ".join(f"{c:.1f}/{t:.1f}" for c, t in rounds),
+         f"median paired ratio {median:.2f}x"),
         ("convert peak RSS", f"{conv_rss / 2**20:.0f} MiB",
          f"limit {(largest + 512 * 2**20) / 2**20:.0f} MiB = largest layer {largest / 2**20:.0f} MiB + 512 MiB"),
         ("ftw file", f"{dst_nbytes / GiB:.2f} GiB", f"{dst_nbytes / src_nbytes:.3f}x source size"),
