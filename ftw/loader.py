@@ -103,33 +103,33 @@ def merge_expert_banks(parts: Iterable[ExpertBanks]) -> ExpertBanks:
 
 
 class _Allocator:
-    """numpy arrays, or torch tensors (pinned where CUDA exists) when pin is asked for."""
+    """numpy arrays; with pin, page-aligned buffers that become torch tensors once filled,
+    page-locked in place where CUDA exists (ftw/pinned.py says why not cudaHostAlloc)."""
 
     def __init__(self, pin: bool):
-        self.torch = None
+        self.pin = pin
         self.pinned = False
         if pin:
             import torch
 
-            self.torch = torch
             self.pinned = torch.cuda.is_available()
 
-    def empty(self, info: BankInfo):
-        if self.torch is None:
-            return np.empty(info.shape, dtype=spec.numpy_dtype(info.dtype))
-        torch = self.torch
-        dt = getattr(torch, spec.DTYPES[info.dtype].torch)
-        # one allocation per bank: cudaHostAlloc once, then filled by threads, is far faster
-        # than pinning page by page (bench/bench_load.py measures it)
-        return torch.empty(info.shape, dtype=dt, pin_memory=self.pinned)
+    def empty(self, info: BankInfo) -> np.ndarray:
+        dt = spec.numpy_dtype(info.dtype)
+        if not self.pin:
+            return np.empty(info.shape, dtype=dt)
+        from .pinned import host_buffer
 
-    @staticmethod
-    def byte_view(a) -> np.ndarray:
-        if isinstance(a, np.ndarray):
-            return a.reshape(-1).view(np.uint8)
+        return host_buffer(info.raw_nbytes).view(dt).reshape(info.shape)
+
+    def finish(self, a: np.ndarray, info: BankInfo):
+        if not self.pin:
+            return a
         import torch
 
-        return a.view(-1).view(torch.uint8).numpy()
+        from .pinned import as_tensor
+
+        return as_tensor(a, getattr(torch, spec.DTYPES[info.dtype].torch), info.shape, self.pinned)
 
 
 def _load_format(
@@ -139,14 +139,17 @@ def _load_format(
     banks: dict[str, dict[int, Any]] = defaultdict(dict)
     dtypes: dict[str, str] = {}
     tasks = []
+    filled: list[tuple[str, int, np.ndarray, BankInfo]] = []
     for layer in layers:
         for name, info in f.layers[layer].items():
             dst = alloc.empty(info)
-            banks[name][layer] = dst
+            filled.append((name, layer, dst, info))
             dtypes.setdefault(name, info.dtype)
-            tasks.extend(_copy_tasks(f, info, alloc.byte_view(dst)))
+            tasks.extend(_copy_tasks(f, info, dst.reshape(-1).view(np.uint8)))
     for n in pool.map(lambda t: t(), tasks):
         progress(n)
+    for name, layer, dst, info in filled:
+        banks[name][layer] = alloc.finish(dst, info)
     experts = {f.layers[l][b].num_experts for l in layers for b in f.layers[l]}
     return ExpertBanks(dict(banks), {l: fmt for l in layers}, experts.pop() if experts else 0,
                        dtypes, f.model, alloc.pinned)
