@@ -148,8 +148,10 @@ def _load_format(
             tasks.extend(_copy_tasks(f, info, dst.reshape(-1).view(np.uint8)))
     for n in pool.map(lambda t: t(), tasks):
         progress(n)
-    for name, layer, dst, info in filled:
-        banks[name][layer] = alloc.finish(dst, info)
+    # page-locking is per bank and can overlap across threads too
+    done = pool.map(lambda item: alloc.finish(item[2], item[3]), filled)
+    for (name, layer, _, _), bank in zip(filled, done):
+        banks[name][layer] = bank
     experts = {f.layers[l][b].num_experts for l in layers for b in f.layers[l]}
     return ExpertBanks(dict(banks), {l: fmt for l in layers}, experts.pop() if experts else 0,
                        dtypes, f.model, alloc.pinned)
