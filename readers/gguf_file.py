@@ -18,11 +18,8 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from readers.mapped import release_pages
-
+from ftw import mapped
 from ftw.errors import SourceError, UnsupportedError
-
-from .mapped import release_pages
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -200,7 +197,7 @@ class GGUFFile:
             if self.size < 24:
                 raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
             self._parse(_Cursor(fd, self.size, path))
-            self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            self._mm = mapped.FileMap(fd)  # lets the writer copy rows in the kernel
         finally:
             os.close(fd)
         self.data = np.frombuffer(self._mm, dtype=np.uint8)
@@ -279,7 +276,7 @@ class GGUFFile:
 
     def release_pages(self) -> None:
         if self.data is not None:
-            release_pages(self._mm)
+            mapped.release_pages(self._mm)
 
     def populate(self, info: TensorInfo) -> None:
         if info.nbytes < MIN_POPULATE:
@@ -289,9 +286,6 @@ class GGUFFile:
             self._mm.madvise(MADV_POPULATE_READ, start, info.offset + info.nbytes - start)
         except (OSError, ValueError, AttributeError):
             pass  # an older kernel: page faults do the same, slower
-
-    def release_pages(self) -> None:
-        release_pages(self._mm)
 
     def close(self) -> None:
         self.data = None

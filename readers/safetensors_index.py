@@ -23,9 +23,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ftw import spec
+from ftw import mapped, spec
 from ftw.errors import SourceError, UnsupportedError
-from readers.mapped import release_pages
 
 MAX_HEADER_NBYTES = 100 << 20
 INDEX_FILE = "model.safetensors.index.json"
@@ -229,8 +228,7 @@ class SafetensorsIndex:
                 size = os.fstat(f.fileno()).st_size
                 if size != self._sizes[path]:
                     raise SourceError(f"{path}: shard changed size since it was opened ({self._sizes[path]} -> {size})")
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._maps[path] = mm
+                mm = mapped.FileMap(f.fileno())  # lets the writer copy rows in the kernel
         return mm
 
     def array(self, name: str) -> np.ndarray:
@@ -261,7 +259,7 @@ class SafetensorsIndex:
     def release_pages(self) -> None:
         with self._lock:
             for mm in self._maps.values():
-                release_pages(mm)
+                mapped.release_pages(mm)
 
     def close(self) -> None:
         with self._lock:

@@ -49,6 +49,23 @@ class AtomicFile:
             view = view[n:]
         return total
 
+    def copy_from(self, src_fd: int, offset: int, nbytes: int) -> int:
+        """Append nbytes of another file, from offset, copied inside the kernel. Returns how
+        many were copied: fewer when the kernel stops after some progress, and an OSError
+        when it can copy nothing (a filesystem pair without copy_file_range)."""
+        done = 0
+        while done < nbytes:
+            try:
+                n = os.copy_file_range(src_fd, self.fd, nbytes - done, offset + done)
+            except OSError:
+                if done:
+                    break
+                raise
+            if n == 0:
+                break
+            done += n
+        return done
+
     def commit(self) -> None:
         os.fsync(self.fd)
         if self._named_tmp is None:

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import xxhash
 
-from ftw import spec
+from ftw import mapped, spec
 from ftw.banks import BankSource, LayerBanks, SourceTensor
 from ftw.errors import FtwError, SourceError
 from ftw.formats import ModelShape
@@ -58,6 +58,7 @@ class FtwWriter:
     ):
         self._file = AtomicFile(path, force=force)
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="ftw-hash")
+        self._kernel_copy = hasattr(os, "copy_file_range")
         self.path = self._file.path
         self._pos = 0
         self._level = compress_level
@@ -78,6 +79,21 @@ class FtwWriter:
     def _write(self, data) -> None:
         self._pos += self._file.write(data)
 
+    def _write_chunk(self, c: memoryview) -> None:
+        """A view of a reader's registered map is copied by the kernel (ftw/mapped.py)."""
+        span = mapped.file_span(c) if self._kernel_copy else None
+        if span is not None:
+            try:
+                n = self._file.copy_from(*span, len(c))
+            except OSError:
+                self._kernel_copy = False  # not between these filesystems: write() from now on
+            else:
+                self._pos += n
+                if n < len(c):
+                    self._write(c[n:])
+                return
+        self._write(c)
+
     def _align(self) -> int:
         pad = spec.align_up(self._pos) - self._pos
         if pad:
@@ -93,7 +109,7 @@ class FtwWriter:
         prev = None
         for c in chunks:
             fut = self._hasher.submit(h.update, c)
-            self._write(c)
+            self._write_chunk(c)
             if prev is not None:
                 prev.result()
             prev = fut
