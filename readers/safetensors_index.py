@@ -229,6 +229,7 @@ class SafetensorsIndex:
                 if size != self._sizes[path]:
                     raise SourceError(f"{path}: shard changed size since it was opened ({self._sizes[path]} -> {size})")
                 mm = mapped.FileMap(f.fileno())  # lets the writer copy rows in the kernel
+            self._maps[path] = mm
         return mm
 
     def array(self, name: str) -> np.ndarray:

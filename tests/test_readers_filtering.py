@@ -104,3 +104,24 @@ def test_missing_tensor_in_unrequested_layer(tmp_path):
             r.plan([0])
         with pytest.raises(SourceError, match="layer 0"):
             r.layer_formats()
+
+
+def test_each_shard_is_mapped_once(tmp_path):
+    """Every tensor of a shard is a view of the same map (one mapping, one descriptor)."""
+    from readers.safetensors_index import SafetensorsIndex
+    import numpy as np
+
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng()
+    save_file({f"t{i}": rng.standard_normal((8, 8)).astype(np.float32) for i in range(5)},
+              str(tmp_path / "model.safetensors"))
+    index = SafetensorsIndex(tmp_path)
+    bases = set()
+    for name in index.names():
+        obj = index.array(name)
+        while isinstance(obj, (np.ndarray, memoryview)):
+            obj = obj.base if isinstance(obj, np.ndarray) else obj.obj
+        bases.add(id(obj))
+    assert len(bases) == 1
+    index.close()
