@@ -59,6 +59,7 @@ class FtwWriter:
         self._file = AtomicFile(path, force=force)
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="ftw-hash")
         self._kernel_copy = hasattr(os, "copy_file_range")
+        self._run: list | None = None  # [fd, offset, nbytes, views]: adjacent source bytes to copy
         self.path = self._file.path
         self._pos = 0
         self._level = compress_level
@@ -80,21 +81,41 @@ class FtwWriter:
         self._pos += self._file.write(data)
 
     def _write_chunk(self, c: memoryview) -> None:
-        """A view of a reader's registered map is copied by the kernel (ftw/mapped.py)."""
+        """Views of a source file's map (ftw/mapped.py) are copied by the kernel, and runs of
+        them that are adjacent in the source (a GGUF bank's experts) as one copy."""
         span = mapped.file_span(c) if self._kernel_copy else None
-        if span is not None:
-            try:
-                n = self._file.copy_from(*span, len(c))
-            except OSError:
-                self._kernel_copy = False  # not between these filesystems: write() from now on
-            else:
-                self._pos += n
-                if n < len(c):
-                    self._write(c[n:])
-                return
-        self._write(c)
+        if span is None:
+            self._flush_copy()
+            self._write(c)
+            return
+        run = self._run
+        if run is not None and run[0] == span[0] and run[1] + run[2] == span[1]:
+            run[2] += len(c)
+            run[3].append(c)
+            return
+        self._flush_copy()
+        self._run = [span[0], span[1], len(c), [c]]
+
+    def _flush_copy(self) -> None:
+        if self._run is None:
+            return
+        fd, offset, nbytes, views = self._run
+        self._run = None
+        try:
+            done = self._file.copy_from(fd, offset, nbytes)
+        except OSError:
+            self._kernel_copy = False  # not between these filesystems: write() from now on
+            done = 0
+        self._pos += done
+        for v in views:  # whatever the kernel did not copy, written from the views
+            if done >= len(v):
+                done -= len(v)
+                continue
+            self._write(v[done:])
+            done = 0
 
     def _align(self) -> int:
+        self._flush_copy()
         pad = spec.align_up(self._pos) - self._pos
         if pad:
             self._write(bytes(pad))
@@ -113,6 +134,7 @@ class FtwWriter:
             if prev is not None:
                 prev.result()
             prev = fut
+        self._flush_copy()
         if prev is not None:
             prev.result()
         return {"offset": offset, "nbytes": self._pos - offset, "xxh3": h.hexdigest()}
