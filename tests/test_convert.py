@@ -230,3 +230,24 @@ def test_mixed_checkpoint_layer_subsets_load_like_the_full_file(tmp_path):
                     assert np.array_equal(a, full.banks[name][layer])
                 else:
                     assert a.shape == (full.num_experts, 0)
+
+
+def test_convert_inspect_check_never_import_torch(tmp_path):
+    dst = tmp_path / "t.ftw"
+    code = f"""
+import sys
+sys.path.insert(0, {ROOT!r})
+from cli import cli
+from click.testing import CliRunner
+r = CliRunner()
+for args in (["convert", {MIXED_ST!r}, {str(dst)!r}], ["inspect", {str(dst)!r}, "--json"],
+             ["verify", {str(dst)!r}], ["check", {MIXED_ST!r}, {str(dst)!r}]):
+    res = r.invoke(cli, args)
+    assert res.exit_code == 0, (args, res.output)
+import ftw
+ftw.load_expert_banks({str(dst)!r})
+print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
