@@ -153,20 +153,28 @@ def _scaled(names, dims, index, L, kind):
         return _fp8(names, dims, index, L, kind, suffix="scale")
     if first.dtype not in ("i8", "u8"):
         raise UnsupportedError(f"layer {L}: expert tensor {first.name!r} is {first.dtype}; expected I8 (packed FP4) or F8_E4M3")
+    return "ds_fp4", {"act_block": 128}, _e8m0_per32(
+        names, dims, index, L, what="FP4", weight_dtypes=("i8", "u8"), values_per_byte=2, scale="scale", bank_dtype="i8"
+    )
+
+
+def _e8m0_per32(names, dims, index, L, *, what, weight_dtypes, values_per_byte, scale, bank_dtype):
+    """Experts with one E8M0 scale per 32 inputs (DeepSeek-V4 FP4, MXFP8): checks, then banks."""
     E, H, I = dims.E, dims.H, dims.I
     if H % 32 or I % 32:
-        raise SourceError(f"layer {L}: FP4 experts need H and I multiples of 32 (H={H}, I={I})")
+        raise SourceError(f"layer {L}: {what} experts need H and I multiples of 32 (H={H}, I={I})")
+    why = " (two FP4 values per byte)" if values_per_byte == 2 else ""
     for r in ROLES:
         o, i = io_dims(dims, r)
         for n in names[r]["weight"]:
-            expect(index, n, L, ("i8", "u8"), (o, i // 2), " (two FP4 values per byte)")
-        for n in names[r]["scale"]:
+            expect(index, n, L, weight_dtypes, (o, i // values_per_byte), why)
+        for n in names[r][scale]:
             expect(index, n, L, ("e8m0", "u8"), (o, i // 32), " (one E8M0 scale per 32)")
     gu, d = _pair(names, "weight")
-    gus, ds = _pair(names, "scale")
-    return "ds_fp4", {"act_block": 128}, {
-        "gate_up": BankSource("i8", (2 * I, H // 2), E, views(index, gu)),
-        "down": BankSource("i8", (H, I // 2), E, views(index, d)),
+    gus, ds = _pair(names, scale)
+    return {
+        "gate_up": BankSource(bank_dtype, (2 * I, H // values_per_byte), E, views(index, gu)),
+        "down": BankSource(bank_dtype, (H, I // values_per_byte), E, views(index, d)),
         "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, views(index, gus)),
         "down_scale": BankSource("e8m0", (H, I // 32), E, views(index, ds)),
     }
@@ -184,23 +192,10 @@ def _ct_fp8(names, dims, index, L, kind):
             f"layer {L}: expert tensor {sc.name!r} is {sc.dtype} {list(sc.shape)}; ftw reads FP8 experts with "
             f"float32 block scales or E8M0 per-32 scales (per-tensor/per-channel FP8 is not handled)"
         )
-    E, H, I = dims.E, dims.H, dims.I
-    if H % 32 or I % 32:
-        raise SourceError(f"layer {L}: MXFP8 experts need H and I multiples of 32 (H={H}, I={I})")
-    for r in ROLES:
-        o, i = io_dims(dims, r)
-        for n in names[r]["weight"]:
-            expect(index, n, L, "f8_e4m3", (o, i))
-        for n in names[r]["weight_scale"]:
-            expect(index, n, L, ("u8", "e8m0"), (o, i // 32), " (one E8M0 scale per 32)")
-    gu, d = _pair(names, "weight")
-    gus, ds = _pair(names, "weight_scale")
-    return "mxfp8", {}, {
-        "gate_up": BankSource("f8_e4m3", (2 * I, H), E, views(index, gu)),
-        "down": BankSource("f8_e4m3", (H, I), E, views(index, d)),
-        "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, views(index, gus)),
-        "down_scale": BankSource("e8m0", (H, I // 32), E, views(index, ds)),
-    }
+    return "mxfp8", {}, _e8m0_per32(
+        names, dims, index, L, what="MXFP8", weight_dtypes="f8_e4m3", values_per_byte=1, scale="weight_scale",
+        bank_dtype="f8_e4m3",
+    )
 
 
 def _nvfp4(names, dims, index, L, kind):
