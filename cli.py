@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn,
     TransferSpeedColumn,
@@ -33,7 +34,6 @@ def human(n: float) -> str:
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
 
 
 @contextmanager
@@ -130,7 +130,7 @@ def render_summary(s: dict) -> None:
 # -- verify -------------------------------------------------------------------------------
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--threads", type=int, help="Checksum threads (default: up to 4).")
+@click.option("--threads", type=click.IntRange(min=1), help="Checksum threads (default: up to 4).")
 @click.option("--json", "as_json", is_flag=True)
 def verify(file: str, threads: int | None, as_json: bool) -> None:
     """Check an FTW file's structure and every checksum."""
@@ -154,7 +154,9 @@ def parse_compress(text: str | None) -> int | None:
     name, _, level = text.partition(":")
     if name != "zstd" or (level and not level.lstrip("-").isdigit()):
         raise FtwError(f"--compress: expected zstd or zstd:LEVEL, got {text!r}")
-    return int(level) if level else 3
+    from writers.ftw_writer import check_level
+
+    return check_level(int(level) if level else 3)
 
 
 @cli.command()
@@ -163,7 +165,7 @@ def parse_compress(text: str | None) -> int | None:
 @click.option("--layers", help="Only these MoE layers, e.g. 0-3,10 (their non-expert tensors too).")
 @click.option("--experts-only", is_flag=True, help="Leave out non-expert tensors.")
 @click.option("--compress", help="zstd or zstd:LEVEL: compress each expert row where it pays.")
-@click.option("--threads", type=int, help="Compression threads.")
+@click.option("--threads", type=click.IntRange(min=1), help="Compression threads.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Replace DST if it exists.")
 @click.option("--json", "as_json", is_flag=True)
@@ -206,7 +208,7 @@ def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, a
 @click.argument("src", type=click.Path())
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--experts", default=3, show_default=True, help="Experts per layer to dequantize and compare.")
-@click.option("--threads", type=int)
+@click.option("--threads", type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True)
 def check(src, file, experts, threads, as_json) -> None:
     """Prove FILE holds SRC's experts: checksums, bit-exact banks, dequantized samples."""
@@ -226,8 +228,8 @@ def check(src, file, experts, threads, as_json) -> None:
         for r in report.layers.values():
             t.add_row(str(r.layer), r.format, str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
                       f"{r.max_abs_err:.3g}",
-                      (f"[red]{r.problems[0]}[/]" if not r.ok else
-                       "[green]ok[/]" + (f" [yellow]({r.notes[0]})[/]" if r.notes else "")))
+                      (f"[red]{escape(r.problems[0])}[/]" if not r.ok else
+                       "[green]ok[/]" + (f" [yellow]({escape(r.notes[0])})[/]" if r.notes else "")))
         out.print(t)
         out.print(f"container checksums ok; {report.tensors_compared} other tensors "
                   f"({human(report.tensor_bytes_compared)}) and {report.attachments_compared} attachments compared")
@@ -241,7 +243,7 @@ def main() -> None:
     try:
         rc = cli.main(standalone_mode=False)
     except FtwError as e:
-        err.print(f"[red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except click.ClickException as e:
         e.show()

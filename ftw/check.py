@@ -17,6 +17,7 @@ import numpy as np
 from .container import FtwFile
 from .dequant import dequantize_expert
 from .errors import FtwError, UnsupportedError
+from .mapped import release_pages
 
 
 @dataclass
@@ -76,7 +77,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 
 def step_container(ctx: CheckContext) -> None:
-    ctx.f.verify(threads=ctx.threads, progress=lambda n: ctx.progress(n))
+    ctx.f.verify(threads=ctx.threads, progress=ctx.progress)
 
 
 def step_bytes(ctx: CheckContext) -> None:
@@ -104,6 +105,9 @@ def step_bytes(ctx: CheckContext) -> None:
                     r.problems.append(f"bank {name} expert {e}: bytes differ from byte {first}")
                     break
                 r.bytes_compared += a.nbytes
+        # both sides are memory-mapped: drop what this layer touched, or RSS grows to the model
+        ctx.reader.release_pages()
+        release_pages(f.mm)
         ctx.progress(0, layers=1)
 
 
@@ -134,9 +138,12 @@ def step_dequant(ctx: CheckContext) -> None:
             theirs = reference(layer, e) if reference else None
             if theirs is None:
                 theirs = dequantize_expert(fmt, {n: b.row_array(e) for n, b in lb.banks.items()})
+            if set(ours) != set(theirs):
+                r.problems.append(f"expert {e}: decodes to {sorted(ours)} here, {sorted(theirs)} in the source")
+                break
             for k, w in ours.items():
-                if k not in theirs or theirs[k].shape != w.shape:
-                    r.problems.append(f"expert {e} {k}: shape {w.shape} differs from the source's")
+                if theirs[k].shape != w.shape:
+                    r.problems.append(f"expert {e} {k}: shape {w.shape} differs from the source's {theirs[k].shape}")
                     break
                 err = float(np.nanmax(np.abs(w - theirs[k]))) if w.size else 0.0
                 scale = float(np.nanmax(np.abs(theirs[k]))) if w.size else 0.0
@@ -144,7 +151,8 @@ def step_dequant(ctx: CheckContext) -> None:
                 if err > 1e-6 * max(scale, 1e-30):  # bytes are equal: only the documented
                     # compressed-tensors reciprocal global (2^-24 relative) may show here
                     r.problems.append(f"expert {e} {k}: max |error| {err:.3g} (scale {scale:.3g})")
-            r.experts_dequantized += 1
+            else:
+                r.experts_dequantized += 1
 
 
 def step_tensors(ctx: CheckContext) -> None:

@@ -383,7 +383,7 @@ class FtwFile:
                     f"{self.path}: layer {info.layer} bank {info.name}: row table does not "
                     f"partition the bank's {info.blob.nbytes} bytes"
                 )
-            self._tables[key] = t
+            self._tables[key] = t.copy()  # a copy: a cached view would keep the map from closing
         return self._tables[key]
 
     def tensor(self, name: str) -> np.ndarray:
@@ -430,9 +430,11 @@ class FtwFile:
                 progress(len(part))
             return None if h.hexdigest() == blob.xxh3 else label
 
+        self.mm  # map before the threads start: each would otherwise race to map the file
         with ThreadPoolExecutor(threads or min(4, os.cpu_count() or 1)) as pool:
             for label in pool.map(check, items):
                 if label is not None:
+                    pool.shutdown(cancel_futures=True)  # the rest of the file needs no hashing
                     raise ChecksumError(f"{self.path}: {label}: checksum mismatch (data corrupt)")
         for banks in self.layers.values():
             for b in banks.values():

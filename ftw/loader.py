@@ -65,7 +65,8 @@ def _placeholder(like, num_experts: int):
 def merge_expert_banks(parts: Iterable[ExpertBanks]) -> ExpertBanks:
     """Union of separately loaded parts; fills [E, 0] placeholders for banks a layer lacks.
 
-    A placeholder takes the bank's dtype from the lowest layer that has the bank."""
+    A placeholder takes the bank's dtype from the lowest layer that has the bank with bytes
+    (or, when every layer's is empty, the lowest layer that has it at all)."""
     parts = list(parts)
     if not parts:
         raise MergeError("merge_expert_banks: nothing to merge")
@@ -200,9 +201,14 @@ def load_expert_banks(
         for layer in wanted:
             by_format[f.layer_formats[layer]].append(layer)
         alloc = _Allocator(pin)
+        f.mm  # map before the threads start: each would otherwise race to map the file
         with ThreadPoolExecutor(threads or min(8, os.cpu_count() or 1)) as pool:
-            parts = [_load_format(f, fmt, ls, alloc, pool, progress or (lambda n: None))
-                     for fmt, ls in by_format.items()]
+            try:
+                parts = [_load_format(f, fmt, ls, alloc, pool, progress or (lambda n: None))
+                         for fmt, ls in by_format.items()]
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # don't finish copying a load that failed
+                raise
         return merge_expert_banks(parts)
     finally:
         if f is not path:

@@ -1,10 +1,11 @@
 """Pinned host memory for loaded banks: filled as plain pages, then page-locked in place.
 
-Measured on an H200 host (bench/bench_pinned.py, 8 GiB of banks, docs/BENCHMARKS.md):
-torch's pinned allocator (one cudaHostAlloc per bank) followed by a threaded fill took
-4.5-5.3 s, because cudaHostAlloc pins page by page on one thread before any data moves;
-filling pageable memory with 16 threads and then cudaHostRegister-ing it took 0.69 s. torch's
-caching host allocator also rounds every block up to a power of two; this wastes nothing.
+Measured on an H200 host (bench/bench_pinned.py --size-gib 8, docs/BENCHMARKS.md): torch's
+pinned allocator (one cudaHostAlloc per bank) followed by a 16-thread fill took 4.10 s, as
+cudaHostAlloc pins page by page on one thread before any data moves; filling pageable
+memory with 16 threads and then cudaHostRegister-ing each bank on the pool took 1.08 s.
+torch's caching host allocator also rounds every block up to a power of two; here each bank
+costs at most one partly used page.
 """
 
 from __future__ import annotations

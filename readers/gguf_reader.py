@@ -348,10 +348,6 @@ class GgufReader(CheckpointReader):
         for f in self._files:
             f.release_pages()
 
-    def release_pages(self) -> None:
-        for f in self._files:
-            f.release_pages()
-
     def close(self) -> None:
         for f in self._files:
             f.close()

@@ -83,7 +83,7 @@ def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
         raise SourceError(f"{path}: cannot read shard: {e}") from None
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise SourceError(f"{path}: header is not valid JSON: {e}") from None
     if not isinstance(header, dict):
         raise SourceError(f"{path}: header must be a JSON object")

@@ -251,3 +251,17 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_cli_refuses_bad_levels_and_thread_counts_without_a_traceback(tmp_path):
+    p = ftw_cli("convert", MIXED_ST, tmp_path / "o.ftw", "--compress", "zstd:99", check_rc=1)
+    assert "level 99" in p.stderr and "Traceback" not in p.stderr
+    p = ftw_cli("convert", MIXED_ST, tmp_path / "o.ftw", "--threads", "0", check_rc=2)
+    assert "Traceback" not in p.stderr
+    assert listing(tmp_path) == []
+
+
+def test_cli_error_text_is_not_read_as_markup(tmp_path):
+    odd = tmp_path / "[/x]" / "[bold]no.ftw"
+    p = ftw_cli("inspect", odd, check_rc=1)
+    assert "Traceback" not in p.stderr and "[bold]no.ftw" in p.stderr

@@ -134,3 +134,19 @@ def test_unknown_layer_is_an_error(mixed):
     path, _ = mixed
     with pytest.raises(ftw.FtwError, match="no MoE layer 9"):
         load_expert_banks(path, layers=[9])
+
+
+def test_close_releases_the_map_after_compressed_reads(tmp_path):
+    rng = np.random.default_rng()
+    w = ((rng.standard_normal((E, 2 * I, H), dtype=np.float32) * 0.02).view(np.uint32) >> 16).astype(np.uint16)
+    path = tmp_path / "z.ftw"
+    with FtwWriter(path, compress_level=3) as wr:
+        wr.add_layer(LayerBanks(2, LayerFormat.of("bf16"), {
+            "gate_up": BankSource("bf16", (2 * I, H), E, lambda e: [w[e]]),
+            "down": BankSource("bf16", (H, I), E, lambda e: [w[e, :H // 2].reshape(H, I)]),
+        }))
+    f = ftw.open(path)
+    assert np.array_equal(f.expert_row(2, "gate_up", 1), w[1])
+    mm = f.mm
+    f.close()
+    assert mm.closed

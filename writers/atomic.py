@@ -11,6 +11,7 @@ rename, after an fsync, so an existing file is never damaged.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import subprocess
@@ -25,7 +26,7 @@ class AtomicFile:
         self.folder = os.path.dirname(self.path)
         if os.path.isdir(self.path):
             raise DestinationExistsError(f"{self.path}: is a folder, expected a file path")
-        if os.path.exists(self.path) and not force:
+        if os.path.lexists(self.path) and not force:  # a dangling symlink counts: link() would fail
             raise DestinationExistsError(f"{self.path}: exists (use --force to replace it)")
         if not os.path.isdir(self.folder):
             raise FtwError(f"{self.path}: folder {self.folder} does not exist")
@@ -133,7 +134,11 @@ def _anonymous_files_link(folder: str) -> bool:
         probe = os.path.join(folder, f".ftw-probe.{secrets.token_hex(4)}")
         try:
             fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
-        except (AttributeError, OSError):
+        except AttributeError:  # no O_TMPFILE on this OS
+            _LINKABLE[dev] = False
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                return False  # this folder, not the filesystem: the named path will say why
             _LINKABLE[dev] = False
         else:
             try:

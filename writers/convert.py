@@ -18,6 +18,8 @@ from ftw.errors import FtwError
 from .ftw_writer import FtwWriter
 
 # a non-expert tensor of decoder layer N, in HF ("model.layers.N.") or GGUF ("blk.N.") naming
+RELEASE_EVERY = 256 << 20  # non-expert tensor bytes written between releases of mapped pages
+
 _LAYER_OF = re.compile(r"(?:^|\.)(?:layers|blk)\.(\d+)\.")
 
 
@@ -85,8 +87,7 @@ def write_plan(
 ) -> None:
     """progress(nbytes, layers=0) is called as bytes are written and layers finish."""
     advance = progress or (lambda n=0, layers=0: None)
-    with FtwWriter(dst, force=force, compress_level=compress_level, threads=threads,
-                   progress=lambda n: advance(n)) as w:
+    with FtwWriter(dst, force=force, compress_level=compress_level, threads=threads, progress=advance) as w:
         w.set_model(reader.model)
         w.set_provenance({
             "tool": "ftw",
@@ -100,8 +101,13 @@ def write_plan(
             w.add_layer(lb)
             reader.release_pages()
             advance(0, layers=1)
+        since_release = 0
         for t in plan.tensors:
             w.add_tensor(t)
+            since_release += t.nbytes
+            if since_release >= RELEASE_EVERY:  # embeddings and attention are mapped too
+                reader.release_pages()
+                since_release = 0
         for name, data in sorted(plan.attachments.items()):
             w.add_attachment(name, data)
 

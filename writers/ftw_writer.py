@@ -1,16 +1,20 @@
 """Streaming writer of FTW v1 containers (docs/FORMAT.md).
 
 Banks are written the moment they are added, row by row from the reader's zero-copy views,
-so memory stays bounded by one bank's rows in flight (one layer at most with compression).
+so memory stays bounded by the rows in flight: one, or with compression a window of twice
+the thread count.
 The index is written last, followed by a fixed-size footer that points at it; the file only
 appears at its destination when ``close()`` commits it (writers/atomic.py).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -27,6 +31,18 @@ Progress = Callable[[int], None]  # called with source bytes consumed since the 
 
 # compression that saves less than this is not worth a decompression on every load
 MIN_SAVING = 0.03
+SAMPLE_ROWS = 4  # rows compressed first to decide whether a bank is worth compressing
+# copy_file_range errors that mean "not between these files", not "the copy failed"
+NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+
+
+def check_level(level: int) -> int:
+    import zstandard
+
+    lo, hi = -(1 << 17), zstandard.MAX_COMPRESSION_LEVEL
+    if not lo <= level <= hi:
+        raise FtwError(f"zstd level {level} is out of range ({lo} to {hi})")
+    return level
 
 
 def _bytes(piece) -> memoryview:
@@ -56,8 +72,13 @@ class FtwWriter:
         threads: int | None = None,
         progress: Progress | None = None,
     ):
+        if compress_level is not None:
+            check_level(compress_level)
+        if threads is not None and threads < 1:
+            raise FtwError(f"threads must be at least 1, got {threads}")
         self._file = AtomicFile(path, force=force)
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="ftw-hash")
+        self._compressors: ThreadPoolExecutor | None = None
         self._kernel_copy = hasattr(os, "copy_file_range")
         self._run: list | None = None  # [fd, offset, nbytes, views]: adjacent source bytes to copy
         self.path = self._file.path
@@ -73,8 +94,12 @@ class FtwWriter:
             "attachments": {},
             "provenance": {},
         }
-        self._names: set[str] = set()
-        self._write(spec.PREAMBLE.pack(spec.PREAMBLE_MAGIC, spec.MAJOR, spec.MINOR))
+        self._names: set[tuple[str, str]] = set()
+        try:
+            self._write(spec.PREAMBLE.pack(spec.PREAMBLE_MAGIC, spec.MAJOR, spec.MINOR))
+        except BaseException:
+            self.abort()
+            raise
 
     # -- low level ----------------------------------------------------------------------
     def _write(self, data) -> None:
@@ -103,7 +128,9 @@ class FtwWriter:
         self._run = None
         try:
             done = self._file.copy_from(fd, offset, nbytes)
-        except OSError:
+        except OSError as e:
+            if e.errno not in NO_KERNEL_COPY:
+                raise  # a real failure (disk full, I/O error): say so, don't retry with write()
             self._kernel_copy = False  # not between these filesystems: write() from now on
             done = 0
         self._pos += done
@@ -183,6 +210,8 @@ class FtwWriter:
             self.abort()
             raise
         self._hasher.shutdown()
+        if self._compressors is not None:
+            self._compressors.shutdown()
 
     def _finish(self) -> None:
         index = json.dumps(self._index, separators=(",", ":"), sort_keys=True).encode()
@@ -202,6 +231,8 @@ class FtwWriter:
 
     def abort(self) -> None:
         self._hasher.shutdown(cancel_futures=True)
+        if self._compressors is not None:
+            self._compressors.shutdown(cancel_futures=True)
         self._file.abort()
 
     def __enter__(self) -> "FtwWriter":
@@ -245,6 +276,9 @@ class FtwWriter:
         return {**desc, "codec": spec.RAW, **self._blob(chunks())}
 
     def _compress_bank(self, bank: BankSource, where: str) -> dict | None:
+        """Compress rows on the pool in a bounded window, in order. A sample of the first rows
+        decides whether the bank is worth it (packed 4-bit data rarely is): then the bank is
+        written raw, having cost only the sample's compression."""
         import zstandard
 
         itemsize = spec.dtype(bank.dtype).itemsize
@@ -258,14 +292,32 @@ class FtwWriter:
             # one context per call: ZstdCompressor objects are not thread-safe
             return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(row)
 
-        with ThreadPoolExecutor(self._threads) as pool:
-            frames = list(pool.map(compress, self._rows(bank, where)))
-        stored = sum(len(f) for f in frames)
-        if stored > bank.nbytes * (1 - MIN_SAVING):
-            return None  # incompressible (packed 4-bit data often is): keep it raw
-        blob = self._blob(frames)
+        if self._compressors is None:
+            self._compressors = ThreadPoolExecutor(self._threads, thread_name_prefix="ftw-zstd")
+        pool = self._compressors
+        rows = self._rows(bank, where)
+        sample = list(pool.map(compress, islice(rows, SAMPLE_ROWS)))
+        if sum(len(f) for f in sample) > len(sample) * bank.row_nbytes * (1 - MIN_SAVING):
+            return None
+        sizes: list[int] = []
+
+        def frames():
+            window = deque(pool.submit(lambda f=f: f) for f in sample)
+            for pieces in rows:
+                window.append(pool.submit(compress, pieces))
+                if len(window) > 2 * self._threads:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+
+        def counted():
+            for f in frames():
+                sizes.append(len(f))
+                yield f
+                self._progress(bank.row_nbytes)
+
+        blob = self._blob(counted())
         table = np.zeros(bank.num_experts + 1, dtype="<u8")
-        table[1:] = np.cumsum([len(f) for f in frames])
+        table[1:] = np.cumsum(sizes)
         row_table = self._blob([memoryview(table).cast("B")])
-        self._progress(bank.nbytes)
         return {"codec": codec, **blob, "row_table": row_table}
