@@ -62,7 +62,6 @@ def torch_pinned_load(path: str, threads: int) -> list:
     import torch
 
     import ftw
-    from ftw import spec
 
     out, tasks = [], []
     with ftw.open(path) as f, ThreadPoolExecutor(threads) as pool:

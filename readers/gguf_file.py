@@ -8,7 +8,6 @@ the file and the tensor, and lets nothing but the header be read at open.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -24,8 +23,6 @@ from ftw.errors import SourceError, UnsupportedError
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
-MADV_POPULATE_READ = 22  # Linux >= 5.14; Python's mmap module does not name it
-MIN_POPULATE = 256 << 10  # below this, a few page faults cost less than the call
 
 # ggml's block_q8_1 is {half d, half s, int8 qs[32]} = 36 bytes; gguf 0.19's table says 40.
 # Q8_1 is a vec-dot scratch type llama.cpp never writes, but if a file holds one, ggml's size
@@ -279,13 +276,7 @@ class GGUFFile:
             mapped.release_pages(self._mm)
 
     def populate(self, info: TensorInfo) -> None:
-        if info.nbytes < MIN_POPULATE:
-            return
-        start = info.offset - info.offset % mmap.PAGESIZE
-        try:
-            self._mm.madvise(MADV_POPULATE_READ, start, info.offset + info.nbytes - start)
-        except (OSError, ValueError, AttributeError):
-            pass  # an older kernel: page faults do the same, slower
+        mapped.populate(self._mm, info.offset, info.nbytes)
 
     def close(self) -> None:
         self.data = None

@@ -149,19 +149,6 @@ def _shard_paths(folder: str) -> tuple[list[str], dict[str, str] | None]:
     return sorted(paths), weight_map
 
 
-MADV_POPULATE_READ = 22  # Linux >= 5.14; Python's mmap module does not name it
-_PAGE = mmap.PAGESIZE
-
-
-def _populate(mm: mmap.mmap, offset: int, nbytes: int) -> None:
-    """Map a tensor's pages in one call: faulting them in 4 KiB at a time costs more than a warm read."""
-    if nbytes < (256 << 10):
-        return
-    start = offset - offset % _PAGE
-    try:
-        mm.madvise(MADV_POPULATE_READ, start, offset + nbytes - start)
-    except (OSError, ValueError, AttributeError):
-        pass  # an older kernel: page faults do the same, slower
 
 
 class SafetensorsIndex:
@@ -247,7 +234,7 @@ class SafetensorsIndex:
                 view = np.empty(info.shape, dtype=npd)
             else:
                 mm = self._map(info.shard)
-                _populate(mm, info.offset, info.nbytes)
+                mapped.populate(mm, info.offset, info.nbytes)
                 flat = np.frombuffer(mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
                 view = flat.view(npd).reshape(info.shape)
             self._views[name] = view
