@@ -215,10 +215,9 @@ def check(src, file, experts, threads, as_json) -> None:
     import ftw
     from ftw.check import check as run_check
 
-    with ftw.open(file) as f:
-        total = sum(b.nbytes for _, b in f.blobs())
-    with progress_bar(total, "check", as_json) as advance:
-        report = run_check(src, file, experts=experts, threads=threads, progress=advance)
+    with ftw.open(file) as f, progress_bar(sum(b.nbytes for _, b in f.blobs()), "check", as_json) as advance:
+        report = run_check(src, f, experts=experts, threads=threads,
+                           progress=lambda n=0, layers=0: advance(n, layers, len(f.layers)))
     if as_json:
         emit_json(report.to_json())
     else:

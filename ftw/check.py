@@ -178,14 +178,19 @@ def step_tensors(ctx: CheckContext) -> None:
 STEPS: list[Callable[[CheckContext], None]] = [step_container, step_bytes, step_dequant, step_tensors]
 
 
-def check(src: str | os.PathLike, path: str | os.PathLike, *, experts: int = 3, threads: int | None = None,
-          progress: Callable[..., None] | None = None) -> CheckReport:
+def check(src: str | os.PathLike, path: str | os.PathLike | FtwFile, *, experts: int = 3,
+          threads: int | None = None, progress: Callable[..., None] | None = None) -> CheckReport:
+    """path may be an open FtwFile (the caller keeps it open); progress(nbytes, layers=0)."""
+    from contextlib import nullcontext
+
     from readers import open_checkpoint
 
     from .container import open as open_ftw
 
-    with open_ftw(path) as f, open_checkpoint(src) as reader:
-        report = CheckReport(os.fspath(src), os.fspath(path))
+    opened = nullcontext(path) if isinstance(path, FtwFile) else open_ftw(path)
+    with opened as f, open_checkpoint(src) as reader:
+        path = f.path
+        report = CheckReport(os.fspath(src), path)
         layers = sorted(f.layers)
         missing = [l for l in layers if l not in reader.model.moe_layers]
         if missing:

@@ -7,6 +7,7 @@ stranger can make ``open`` or ``verify`` raise a FormatError, never read outside
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
@@ -274,7 +275,7 @@ class FtwFile:
         if info.raw_nbytes > spec.ZSTD_MAX_RATIO * blob.nbytes:
             # no zstd frame expands further: the shape lies, and trusting it would allocate it
             raise v.fail(where, f"{blob.nbytes} compressed bytes cannot hold {dt} {list(shape)}")
-        return BankInfo(layer, name, dt, shape, codec, blob, table)
+        return dataclasses.replace(info, row_table=table)
 
     # -- data ---------------------------------------------------------------------------
     @property

@@ -225,8 +225,8 @@ class FtwWriter:
             spec.FOOTER_MAGIC, spec.MAJOR, spec.MINOR, 0, offset, len(index),
             xxhash.xxh3_64_intdigest(index), 0,
         )
-        footer_hash = xxhash.xxh3_64_intdigest(body[: spec.FOOTER.size - 8])
-        self._write(body[:-8] + footer_hash.to_bytes(8, "little"))
+        sealed = body[:-8]  # the footer's checksum covers everything before it
+        self._write(sealed + xxhash.xxh3_64_intdigest(sealed).to_bytes(8, "little"))
         self._file.commit()
 
     def abort(self) -> None:
