@@ -154,7 +154,7 @@ def parse_compress(text: str | None) -> int | None:
     name, _, level = text.partition(":")
     if name != "zstd" or (level and not level.lstrip("-").isdigit()):
         raise FtwError(f"--compress: expected zstd or zstd:LEVEL, got {text!r}")
-    from writers.ftw_writer import check_level
+    from ftw.writers.ftw_writer import check_level
 
     return check_level(int(level) if level else 3)
 
@@ -174,8 +174,8 @@ def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, a
     import os
 
     from ftw.errors import DestinationExistsError
-    from readers import open_checkpoint
-    from writers.convert import plan_conversion, write_plan
+    from ftw.readers import open_checkpoint
+    from ftw.writers.convert import plan_conversion, write_plan
 
     level = parse_compress(compress)
     if not dry_run and os.path.exists(dst) and not force:

@@ -29,9 +29,9 @@ sys.path.insert(0, ROOT)
 import ftw  # noqa: E402
 from ftw.banks import BankSource, LayerBanks, SourceTensor  # noqa: E402
 from ftw.formats import LayerFormat, ModelShape  # noqa: E402
-from writers import FtwWriter  # noqa: E402
+from ftw.writers import FtwWriter  # noqa: E402
 from ftw.container import _join_planes  # noqa: E402
-from writers.ftw_writer import split_planes  # noqa: E402
+from ftw.writers.ftw_writer import split_planes  # noqa: E402
 
 DATA = os.path.join(ROOT, "bench", "_data")
 H, I = 2048, 768  # a mid-size MoE layer: a bf16 gate_up row is 6 MiB

@@ -96,7 +96,7 @@ def warm(path: str) -> None:
 
 
 def convert_once(src: str, dst: str) -> float:
-    from writers.convert import convert
+    from ftw.writers.convert import convert
 
     t = time.perf_counter()
     convert(src, dst, force=True)
@@ -106,7 +106,7 @@ def convert_once(src: str, dst: str) -> float:
 def standin_once(src: str, dst: str) -> float:
     """The reader alone: every bank row and tensor written sequentially with os.write, fsync
     (no index, no checksums): what the reader costs, apart from the container writer."""
-    from readers.gguf_reader import GgufReader
+    from ftw.readers.gguf_reader import GgufReader
 
     t = time.perf_counter()
     fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -129,7 +129,7 @@ def standin_once(src: str, dst: str) -> float:
 
 def one_layer_touch(src: str, layer: int) -> tuple[int, int, int]:
     """(bytes resident after reading layer's rows, of which inside the layer, the layer's bytes)."""
-    from readers.gguf_reader import GgufReader
+    from ftw.readers.gguf_reader import GgufReader
 
     evict(src)
     r = GgufReader(src)

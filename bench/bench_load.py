@@ -41,7 +41,7 @@ def main() -> None:
     src = ensure_checkpoint(args.size_gib)
     import ftw
     from ftw import load_expert_banks
-    from writers.convert import convert
+    from ftw.writers.convert import convert
 
     dst, zdst = src + ".ftw", src + ".zstd.ftw"
     if not os.path.exists(dst):

@@ -30,7 +30,7 @@ from common import GiB, raw_read, report, warm  # noqa: E402
 def make_ftw(path: str, size_gib: float) -> None:
     from ftw.banks import BankSource, LayerBanks
     from ftw.formats import LayerFormat, ModelShape
-    from writers import FtwWriter
+    from ftw.writers import FtwWriter
 
     E, H, I = 64, 2048, 768
     rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ import xxhash
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from readers.safetensors_reader import SafetensorsReader  # noqa: E402
+from ftw.readers.safetensors_reader import SafetensorsReader  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_data")
 MiB = 1 << 20

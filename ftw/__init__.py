@@ -2,7 +2,18 @@
 
 ``ftw.open(path)`` reads a container; ``ftw.load_expert_banks`` loads its banks for a runtime.
 torch is never imported here: converting and inspecting work without it.
+
+The repository keeps readers/, writers/ and cli.py beside ftw/ (the project card's layout);
+the wheel installs them inside this package as ftw.readers, ftw.writers and ftw.cli so that
+nothing generic lands at the top of site-packages. In a source tree the same names resolve
+through the parent folder, added to this package's search path below.
 """
+
+import os as _os
+
+_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isdir(_os.path.join(_root, "readers")) and _os.path.isfile(_os.path.join(_root, "cli.py")):
+    __path__.append(_root)  # noqa: F821 (a package's own __path__)
 
 from .container import BankInfo, FtwFile, open
 from .errors import (

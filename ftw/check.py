@@ -183,7 +183,7 @@ def check(src: str | os.PathLike, path: str | os.PathLike | FtwFile, *, experts:
     """path may be an open FtwFile (the caller keeps it open); progress(nbytes, layers=0)."""
     from contextlib import nullcontext
 
-    from readers import open_checkpoint
+    from ftw.readers import open_checkpoint
 
     from .container import open as open_ftw
 

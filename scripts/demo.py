@@ -35,11 +35,11 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from cli import human
+    from ftw.cli import human
     from ftw.check import check
     from ftw.errors import FtwError
     from ftw.layer_ranges import format_layers
-    from writers.convert import convert
+    from ftw.writers.convert import convert
 
     os.makedirs(args.out, exist_ok=True)
     rows = []

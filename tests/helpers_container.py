@@ -18,7 +18,7 @@ import xxhash
 from ftw import spec
 from ftw.banks import BankSource, LayerBanks, SourceTensor
 from ftw.formats import LayerFormat, ModelShape
-from writers import FtwWriter
+from ftw.writers import FtwWriter
 
 E = 4
 H, I = 64, 32

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ftw.banks import BankSource, LayerBanks  # noqa: E402
 from ftw.formats import LayerFormat  # noqa: E402
-from writers import FtwWriter  # noqa: E402
+from ftw.writers import FtwWriter  # noqa: E402
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import ftw
 from ftw import spec
 from ftw.banks import BankSource, LayerBanks
 from ftw.formats import LayerFormat
-from writers import FtwWriter
+from ftw.writers import FtwWriter
 
 from helpers_container import E, footer, index_of, rng, with_index, write_sample  # noqa: F401 (rng: fixture)
 

@@ -17,7 +17,7 @@ import pytest
 
 import ftw
 from ftw.check import check
-from writers.convert import convert
+from ftw.writers.convert import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "samples")
@@ -144,7 +144,7 @@ def test_check_finds_a_changed_source_byte(tmp_path):
     dst = tmp_path / "m.ftw"
     convert(src, dst)
     # flip one byte inside an expert tensor of the last shard's data
-    from readers.safetensors_index import SafetensorsIndex
+    from ftw.readers.safetensors_index import SafetensorsIndex
 
     index = SafetensorsIndex(src)
     name = next(n for n in index.names() if ".experts." in n and n.endswith("down_proj.weight"))
@@ -163,14 +163,14 @@ def test_check_finds_a_changed_source_byte(tmp_path):
 SLOW_CONVERT = """
 import sys, time
 sys.path.insert(0, {root!r})
-import writers.ftw_writer as w
+import ftw.writers.ftw_writer as w
 orig = w.FtwWriter.add_layer
 def slow(self, lb):
     orig(self, lb)
     print("layer", flush=True)
     time.sleep(30)
 w.FtwWriter.add_layer = slow
-from cli import main
+from ftw.cli import main
 sys.argv = ["ftw", "convert", {src!r}, {dst!r}] + {extra!r}
 main()
 """
@@ -237,7 +237,7 @@ def test_convert_inspect_check_never_import_torch(tmp_path):
     code = f"""
 import sys
 sys.path.insert(0, {ROOT!r})
-from cli import cli
+from ftw.cli import cli
 from click.testing import CliRunner
 r = CliRunner()
 for args in (["convert", {MIXED_ST!r}, {str(dst)!r}], ["inspect", {str(dst)!r}, "--json"],

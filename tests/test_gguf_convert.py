@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import ftw
-from readers.gguf_reader import METADATA_ATTACHMENT
-from writers.convert import convert
+from ftw.readers.gguf_reader import METADATA_ATTACHMENT
+from ftw.writers.convert import convert
 
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "gguf")
 MANIFEST = json.load(open(os.path.join(SAMPLES, "manifest.json")))

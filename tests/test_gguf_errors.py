@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ftw.errors import FtwError, SourceError, UnsupportedError
-from readers.gguf_reader import GgufReader, open_gguf
+from ftw.readers.gguf_reader import GgufReader, open_gguf
 from gguf_testlib import ARR, STR, U32, T, moe_file, write_gguf
 
 LAYERS = {0: ("Q4_0", "Q4_0", "Q8_0"), 1: ("Q8_0", "Q8_0", "Q4_0")}

@@ -14,7 +14,7 @@ from gguf.quants import dequantize
 
 from ftw.dequant import dequantize_expert
 from ftw.formats import LayerFormat
-from readers.gguf_reader import METADATA_ATTACHMENT, GgufReader, open_gguf
+from ftw.readers.gguf_reader import METADATA_ATTACHMENT, GgufReader, open_gguf
 from gguf_testlib import moe_file, source_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -375,7 +375,7 @@ def test_samples_are_deterministic(tmp_path):
 
 
 def test_open_checkpoint_picks_the_gguf_reader():
-    from readers import open_checkpoint
+    from ftw.readers import open_checkpoint
 
     name = next(iter(MANIFEST["samples"]))
     with open_checkpoint(os.path.join(SAMPLES, name)) as r:

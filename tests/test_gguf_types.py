@@ -11,8 +11,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import _type_traits, dequantize
 
 from ftw.dequant import dequantize_expert
-from readers.gguf_file import known_types
-from readers.gguf_reader import GgufReader
+from ftw.readers.gguf_file import known_types
+from ftw.readers.gguf_reader import GgufReader
 from gguf_testlib import STR, U32, T, write_gguf
 
 ALL = [t.name for t in known_types()]

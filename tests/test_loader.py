@@ -9,7 +9,7 @@ import ftw
 from ftw import MergeError, load_expert_banks, merge_expert_banks
 from ftw.banks import BankSource, LayerBanks
 from ftw.formats import LayerFormat, ModelShape
-from writers import FtwWriter
+from ftw.writers import FtwWriter
 
 E, H, I = 4, 64, 32
 LAYERS = [0, 1, 2, 3, 4]  # bf16 at both ends, nvfp4 in between, like real mixed checkpoints

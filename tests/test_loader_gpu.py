@@ -20,7 +20,7 @@ import ftw  # noqa: E402
 from ftw import pinned  # noqa: E402
 from ftw.banks import BankSource, LayerBanks  # noqa: E402
 from ftw.formats import LayerFormat  # noqa: E402
-from writers import FtwWriter  # noqa: E402
+from ftw.writers import FtwWriter  # noqa: E402
 
 
 def test_pinned_banks_are_page_locked_and_copy_to_the_device(tmp_path, monkeypatch):

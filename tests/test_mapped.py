@@ -10,7 +10,7 @@ import pytest
 import ftw
 from ftw.check import check
 from ftw.mapped import FileMap, file_span
-from writers.convert import convert
+from ftw.writers.convert import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "samples", "st", "mixed_bf16_nvfp4")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ftw.errors import SourceError, UnsupportedError
-from readers.safetensors_reader import SafetensorsReader, open_safetensors
+from ftw.readers.safetensors_reader import SafetensorsReader, open_safetensors
 from st_build import build, family_config, rand_bf16, rand_e4m3, save, write_ckpt
 
 
@@ -188,7 +188,7 @@ def test_truncated_shard_in_sharded_checkpoint(tmp_path):
 
 
 def test_open_checkpoint_picks_safetensors_reader(tmp_path):
-    from readers import open_checkpoint
+    from ftw.readers import open_checkpoint
 
     folder, _ = build(tmp_path / "ck", "mixtral", ["bf16"])
     with open_checkpoint(folder) as r:

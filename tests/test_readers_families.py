@@ -8,7 +8,7 @@ import pytest
 
 from ftw.dequant import dequantize_expert
 from ftw.formats import FORMATS
-from readers.safetensors_reader import SafetensorsReader, open_safetensors
+from ftw.readers.safetensors_reader import SafetensorsReader, open_safetensors
 from st_build import CANON, build
 
 NVFP4_CT_RTOL = 2.0**-23  # the reciprocal global is rounded once to float32

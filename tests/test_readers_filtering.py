@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ftw.errors import SourceError
-from readers.safetensors_index import SafetensorsIndex
-from readers.safetensors_reader import SafetensorsReader
+from ftw.readers.safetensors_index import SafetensorsIndex
+from ftw.readers.safetensors_reader import SafetensorsReader
 from st_build import build, save
 
 
@@ -108,7 +108,7 @@ def test_missing_tensor_in_unrequested_layer(tmp_path):
 
 def test_each_shard_is_mapped_once(tmp_path):
     """Every tensor of a shard is a view of the same map (one mapping, one descriptor)."""
-    from readers.safetensors_index import SafetensorsIndex
+    from ftw.readers.safetensors_index import SafetensorsIndex
     import numpy as np
 
     from safetensors.numpy import save_file

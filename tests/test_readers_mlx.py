@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from readers.safetensors_reader import SafetensorsReader
+from ftw.readers.safetensors_reader import SafetensorsReader
 from st_build import dec_bf16, family_config, rand_bf16, write_ckpt
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ftw.dequant import dequantize_expert
-from readers.safetensors_reader import SafetensorsReader
+from ftw.readers.safetensors_reader import SafetensorsReader
 
 ROOT = Path(__file__).resolve().parent.parent / "samples"
 reference = pytest.importorskip("samples.reference")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ftw.errors import SourceError, UnsupportedError
-from readers.safetensors_index import MAX_HEADER_NBYTES, SafetensorsIndex
+from ftw.readers.safetensors_index import MAX_HEADER_NBYTES, SafetensorsIndex
 from st_build import rand_bf16, save, save_sharded
 
 

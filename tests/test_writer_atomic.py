@@ -23,8 +23,8 @@ import ftw
 from ftw.banks import BankSource, LayerBanks
 from ftw.errors import DestinationExistsError, FtwError, SourceError
 from ftw.formats import LayerFormat
-from writers import FtwWriter
-from writers.atomic import _anonymous_files_link
+from ftw.writers import FtwWriter
+from ftw.writers.atomic import _anonymous_files_link
 
 from helpers_container import rng, write_sample  # noqa: F401 (rng: fixture)
 

@@ -116,7 +116,7 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, layers: Iterable[
             experts_only: bool = False, force: bool = False, compress_level: int | None = None,
             threads: int | None = None, progress: Callable[..., None] | None = None) -> ConvertPlan:
     """Library entry point of `ftw convert`; returns the plan it carried out."""
-    from readers import open_checkpoint
+    from ftw.readers import open_checkpoint
 
     with open_checkpoint(src) as reader:
         plan = plan_conversion(reader, layers, experts_only)
