@@ -1,0 +1,765 @@
+// ggml's block types: one struct per type (its block decoder), one table that registers them.
+//
+// Each decoder follows ggml's dequantize_row_<type> operation by operation (and so gguf.quants,
+// which mirrors ggml bit for bit): the float32 products are rounded in the same order, so
+// to_float is bit-exact. Sizes, grids, sign and value tables come from the generated
+// ggml_tables.h (gen_tables.py reads them from the gguf package at build time).
+//
+// dot: the portable kernel decodes one block into a stack buffer (L1) and multiplies it into
+// 16 float lanes; the AVX2 kernels (x86-64, chosen at run time so a portable build still gets
+// them) decode in registers and fold each block's scale in once per sub-block.
+#include "formats/gguf/ggml_types.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/errors.h"
+#include "ggml_tables.h"  // generated into the build tree by gen_tables.py
+
+// to_float must round every product like ggml does, so a compiler must not fuse a*b+c into an
+// FMA here (GCC fuses by default when FMA is enabled). The AVX2 dots use explicit FMA intrinsics,
+// which this does not affect.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FTW_GGML_X86 1
+#include <immintrin.h>
+#define FTW_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ggml blocks are little-endian");
+
+namespace ftw::ggml {
+namespace {
+
+namespace tb = tables;
+
+inline uint16_t rd16(const uint8_t* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+inline uint32_t rd32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline float bits_to_float(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+
+// IEEE half -> float, exact (NaN payloads kept, as numpy's astype(float32) keeps them)
+inline float half(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
+        const float f = float(man) * 5.9604644775390625e-08f;
+        return sign ? -f : f;
+    }
+    if (exp == 31) return bits_to_float(sign | 0x7f800000u | (man << 13));
+    return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+inline float half_at(const uint8_t* p) { return half(rd16(p)); }
+
+// ggml_e8m0_to_fp32_half: 2^(e-127) / 2 (MXFP4's values are stored doubled)
+inline float e8m0_half(uint8_t e) {
+    return bits_to_float(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23);
+}
+
+// +1 or -1 from bit j, without a branch (the bits are random: a branch mispredicts half the time)
+inline float sign_of(uint8_t signs, int j) { return float(1 - 2 * int((signs >> j) & 1)); }
+
+// ---------------------------------------------------------------------------------------------
+// One struct per type: `size` (from the generated table) and `block(b, y)`, which writes the
+// block's block_values floats. Layout comments give byte offsets inside one block.
+
+struct F32 {
+    static constexpr tb::Size size = tb::size::F32;
+    static void block(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
+};
+
+struct F16 {
+    static constexpr tb::Size size = tb::size::F16;
+    static void block(const uint8_t* b, float* y) { y[0] = half_at(b); }
+};
+
+struct BF16 {
+    static constexpr tb::Size size = tb::size::BF16;
+    static void block(const uint8_t* b, float* y) { y[0] = bits_to_float(uint32_t(rd16(b)) << 16); }
+};
+
+// d:f16 | qs:int8[32]
+struct Q8_0 {
+    static constexpr tb::Size size = tb::size::Q8_0;
+    static_assert(size.block_bytes == 2 + 32, "Q8_0 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        for (int j = 0; j < 32; ++j) y[j] = float(int8_t(b[2 + j])) * d;
+    }
+};
+
+// d:f16 | qs[16]: value j low nibble, value j+16 high nibble; value = d * (q - 8)
+struct Q4_0 {
+    static constexpr tb::Size size = tb::size::Q4_0;
+    static_assert(size.block_bytes == 2 + 16, "Q4_0 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint8_t* qs = b + 2;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * float((qs[j] & 15) - 8);
+            y[j + 16] = d * float((qs[j] >> 4) - 8);
+        }
+    }
+};
+
+// d:f16 | m:f16 | qs[16]; value = d * q + m
+struct Q4_1 {
+    static constexpr tb::Size size = tb::size::Q4_1;
+    static_assert(size.block_bytes == 4 + 16, "Q4_1 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b), m = half_at(b + 2);
+        const uint8_t* qs = b + 4;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * float(qs[j] & 15) + m;
+            y[j + 16] = d * float(qs[j] >> 4) + m;
+        }
+    }
+};
+
+// d:f16 | qh:u32 (bit j = 5th bit of value j) | qs[16]; value = d * (q - 16)
+struct Q5_0 {
+    static constexpr tb::Size size = tb::size::Q5_0;
+    static_assert(size.block_bytes == 2 + 4 + 16, "Q5_0 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint32_t qh = rd32(b + 2);
+        const uint8_t* qs = b + 6;
+        for (int j = 0; j < 16; ++j) {
+            const int lo = (qs[j] & 15) | int((qh >> j) & 1) << 4;
+            const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+            y[j] = d * float(lo - 16);
+            y[j + 16] = d * float(hi - 16);
+        }
+    }
+};
+
+// d:f16 | m:f16 | qh:u32 | qs[16]; value = d * q + m
+struct Q5_1 {
+    static constexpr tb::Size size = tb::size::Q5_1;
+    static_assert(size.block_bytes == 4 + 4 + 16, "Q5_1 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b), m = half_at(b + 2);
+        const uint32_t qh = rd32(b + 4);
+        const uint8_t* qs = b + 8;
+        for (int j = 0; j < 16; ++j) {
+            const int lo = (qs[j] & 15) | int((qh >> j) & 1) << 4;
+            const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+            y[j] = d * float(lo) + m;
+            y[j + 16] = d * float(hi) + m;
+        }
+    }
+};
+
+// scales[16] (low nibble scale, high nibble min, per 16 values) | qs[64] | d:f16 | dmin:f16.
+// Value v = 128h + 32s + l is bits 2s..2s+1 of qs[32h + l].
+struct Q2_K {
+    static constexpr tb::Size size = tb::size::Q2_K;
+    static_assert(size.block_bytes == 16 + 64 + 2 + 2, "Q2_K layout");
+    static void block(const uint8_t* b, float* y) {
+        const uint8_t* sc = b;
+        const uint8_t* qs = b + 16;
+        const float d = half_at(b + 80), dmin = half_at(b + 82);
+        for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < 4; ++s)
+                for (int half16 = 0; half16 < 2; ++half16) {
+                    const int v0 = 128 * h + 32 * s + 16 * half16;
+                    const float dl = d * float(sc[v0 / 16] & 15), ml = dmin * float(sc[v0 / 16] >> 4);
+                    for (int l = 0; l < 16; ++l) {
+                        const int q = (qs[32 * h + 16 * half16 + l] >> (2 * s)) & 3;
+                        y[v0 + l] = dl * float(q) - ml;
+                    }
+                }
+    }
+};
+
+// hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16.
+// Value v: low 2 bits as Q2_K; bit v/32 of hmask[v%32] clear means "minus 4".
+struct Q3_K {
+    static constexpr tb::Size size = tb::size::Q3_K;
+    static_assert(size.block_bytes == 32 + 64 + 12 + 2, "Q3_K layout");
+    static void block(const uint8_t* b, float* y) {
+        const uint8_t* hm = b;
+        const uint8_t* qs = b + 32;
+        const uint8_t* s = b + 96;
+        const float d = half_at(b + 108);
+        float dl[16];
+        for (int i = 0; i < 16; ++i) {
+            const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+            const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+            dl[i] = d * float(int8_t((lo | hi << 4) - 32));
+        }
+        for (int h = 0; h < 2; ++h)
+            for (int s4 = 0; s4 < 4; ++s4)
+                for (int l = 0; l < 32; ++l) {
+                    const int v = 128 * h + 32 * s4 + l;
+                    const int q = ((qs[32 * h + l] >> (2 * s4)) & 3) - 4 + 4 * ((hm[l] >> (4 * h + s4)) & 1);
+                    y[v] = dl[v / 16] * float(q);
+                }
+    }
+};
+
+// The 6-bit (scale, min) pairs of Q4_K / Q5_K packed in 12 bytes (8 sub-blocks of 32 values).
+inline void k4_scale_min(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 15) | ((s[j] >> 2) & 0x30);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30);
+    }
+}
+
+// d:f16 | dmin:f16 | scales[12] | qs[128]: sub-block 2c (2c+1) is the low (high) nibbles of
+// qs[32c..32c+32); value = d*sc * q - dmin*m
+struct Q4_K {
+    static constexpr tb::Size size = tb::size::Q4_K;
+    static_assert(size.block_bytes == 2 + 2 + 12 + 128, "Q4_K layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(b + 4, sc, mn);
+        const uint8_t* qs = b + 16;
+        for (int c = 0; c < 4; ++c)
+            for (int hi = 0; hi < 2; ++hi) {
+                const int j = 2 * c + hi;
+                const float d1 = d * float(sc[j]), m1 = dmin * float(mn[j]);
+                for (int l = 0; l < 32; ++l) y[32 * j + l] = d1 * float((qs[32 * c + l] >> (4 * hi)) & 15) - m1;
+            }
+    }
+};
+
+// d | dmin | scales[12] | qh[32] (bit j of qh[l] = 5th bit of value 32j+l) | qs[128] as Q4_K
+struct Q5_K {
+    static constexpr tb::Size size = tb::size::Q5_K;
+    static_assert(size.block_bytes == 2 + 2 + 12 + 32 + 128, "Q5_K layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(b + 4, sc, mn);
+        const uint8_t* qh = b + 16;
+        const uint8_t* qs = b + 48;
+        for (int c = 0; c < 4; ++c)
+            for (int hi = 0; hi < 2; ++hi) {
+                const int j = 2 * c + hi;
+                const float d1 = d * float(sc[j]), m1 = dmin * float(mn[j]);
+                for (int l = 0; l < 32; ++l) {
+                    const int q = ((qs[32 * c + l] >> (4 * hi)) & 15) | ((qh[l] >> j) & 1) << 4;
+                    y[32 * j + l] = d1 * float(q) - m1;
+                }
+            }
+    }
+};
+
+// ql[128] | qh[64] | scales:int8[16] (per 16 values) | d:f16. Value v = 128h + 32s + l:
+// low nibble (s/2) of ql[64h + 32(s%2) + l], high bits 2s..2s+1 of qh[32h + l]; minus 32.
+struct Q6_K {
+    static constexpr tb::Size size = tb::size::Q6_K;
+    static_assert(size.block_bytes == 128 + 64 + 16 + 2, "Q6_K layout");
+    static void block(const uint8_t* b, float* y) {
+        const uint8_t* ql = b;
+        const uint8_t* qh = b + 128;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+        const float d = half_at(b + 208);
+        for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < 4; ++s) {
+                const int v0 = 128 * h + 32 * s;
+                const float d0 = d * float(sc[v0 / 16]), d1 = d * float(sc[v0 / 16 + 1]);
+                for (int l = 0; l < 32; ++l) {
+                    const int lo = (ql[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 15;
+                    const int q = (lo | ((qh[32 * h + l] >> (2 * s)) & 3) << 4) - 32;
+                    y[v0 + l] = (l < 16 ? d0 : d1) * float(q);
+                }
+            }
+    }
+};
+
+// d:f16 | qs[16] (nibbles as Q4_0) -> non-linear levels
+struct IQ4_NL {
+    static constexpr tb::Size size = tb::size::IQ4_NL;
+    static_assert(size.block_bytes == 2 + 16, "IQ4_NL layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint8_t* qs = b + 2;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * float(tb::iq4nl_values[qs[j] & 15]);
+            y[j + 16] = d * float(tb::iq4nl_values[qs[j] >> 4]);
+        }
+    }
+};
+
+// d:f16 | scales_h:u16 (2 bits per sub-block) | scales_l[4] (nibbles) | qs[128] (16 per
+// sub-block of 32, nibbles as IQ4_NL); sub-block scale = d * (6-bit - 32)
+struct IQ4_XS {
+    static constexpr tb::Size size = tb::size::IQ4_XS;
+    static_assert(size.block_bytes == 2 + 2 + 4 + 128, "IQ4_XS layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint16_t sh = rd16(b + 2);
+        const uint8_t* sl = b + 4;
+        const uint8_t* qs = b + 8;
+        for (int j = 0; j < 8; ++j) {
+            const int s = ((sl[j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+            const float dl = d * float(s - 32);
+            for (int l = 0; l < 16; ++l) {
+                y[32 * j + l] = dl * float(tb::iq4nl_values[qs[16 * j + l] & 15]);
+                y[32 * j + l + 16] = dl * float(tb::iq4nl_values[qs[16 * j + l] >> 4]);
+            }
+        }
+    }
+};
+
+// d:f16 | per sub-block of 32: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale
+struct IQ2_XXS {
+    static constexpr tb::Size size = tb::size::IQ2_XXS;
+    static_assert(size.block_bytes == 2 + 64, "IQ2_XXS layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        for (int ib = 0; ib < 8; ++ib) {
+            const uint32_t a0 = rd32(b + 2 + 8 * ib), a1 = rd32(b + 6 + 8 * ib);
+            const float db = d * (0.5f + float(a1 >> 28)) * 0.25f;
+            for (int l = 0; l < 4; ++l) {
+                const uint8_t* g = tb::iq2xxs_grid[(a0 >> (8 * l)) & 255];
+                const uint8_t signs = tb::ksigns[(a1 >> (7 * l)) & 127];
+                for (int j = 0; j < 8; ++j) y[32 * ib + 8 * l + j] = db * float(g[j]) * sign_of(signs, j);
+            }
+        }
+    }
+};
+
+// d:f16 | qs:u16[32] (9-bit grid index, 7-bit sign index) | scales[8] (a nibble per 16 values)
+struct IQ2_XS {
+    static constexpr tb::Size size = tb::size::IQ2_XS;
+    static_assert(size.block_bytes == 2 + 64 + 8, "IQ2_XS layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint8_t* sc = b + 66;
+        for (int k = 0; k < 32; ++k) {
+            const uint16_t q = rd16(b + 2 + 2 * k);
+            const int nib = (sc[k / 4] >> (4 * ((k / 2) % 2))) & 15;
+            const float db = d * (0.5f + float(nib)) * 0.25f;
+            const uint8_t* g = tb::iq2xs_grid[q & 511];
+            const uint8_t signs = tb::ksigns[q >> 9];
+            for (int j = 0; j < 8; ++j) y[8 * k + j] = db * float(g[j]) * sign_of(signs, j);
+        }
+    }
+};
+
+// d:f16 | qs[64] (grid index per 4 values) | per sub-block of 32: u32 of 4x7 sign bits + scale
+struct IQ3_XXS {
+    static constexpr tb::Size size = tb::size::IQ3_XXS;
+    static_assert(size.block_bytes == 2 + 64 + 32, "IQ3_XXS layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint8_t* qs = b + 2;
+        for (int ib = 0; ib < 8; ++ib) {
+            const uint32_t s = rd32(b + 66 + 4 * ib);
+            const float db = d * (0.5f + float(s >> 28)) * 0.5f;
+            for (int l = 0; l < 4; ++l) {
+                const uint8_t signs = tb::ksigns[(s >> (7 * l)) & 127];
+                const uint8_t* g0 = tb::iq3xxs_grid[qs[8 * ib + 2 * l]];
+                const uint8_t* g1 = tb::iq3xxs_grid[qs[8 * ib + 2 * l + 1]];
+                float* o = y + 32 * ib + 8 * l;
+                for (int j = 0; j < 4; ++j) {
+                    o[j] = db * float(g0[j]) * sign_of(signs, j);
+                    o[j + 4] = db * float(g1[j]) * sign_of(signs, j + 4);
+                }
+            }
+        }
+    }
+};
+
+// d:f16 | qs[64] | qh[8] (9th index bit) | signs[32] (one bit per value) | scales[4] (nibbles)
+struct IQ3_S {
+    static constexpr tb::Size size = tb::size::IQ3_S;
+    static_assert(size.block_bytes == 2 + 64 + 8 + 32 + 4, "IQ3_S layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = half_at(b);
+        const uint8_t* qs = b + 2;
+        const uint8_t* qh = b + 66;
+        const uint8_t* sg = b + 74;
+        const uint8_t* sc = b + 106;
+        for (int ib = 0; ib < 8; ++ib) {
+            const float db = d * float(1 + 2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15));
+            for (int k = 0; k < 8; ++k) {
+                const uint8_t* g = tb::iq3s_grid[qs[8 * ib + k] | ((qh[ib] >> k) & 1) << 8];
+                for (int j = 0; j < 4; ++j) {
+                    const int v = 32 * ib + 4 * k + j;
+                    y[v] = db * float(g[j]) * sign_of(sg[v / 8], v % 8);
+                }
+            }
+        }
+    }
+};
+
+// e:e8m0 | qs[16] (nibbles as Q4_0) -> e2m1 values (doubled; the scale is halved to match)
+struct MXFP4 {
+    static constexpr tb::Size size = tb::size::MXFP4;
+    static_assert(size.block_bytes == 1 + 16, "MXFP4 layout");
+    static void block(const uint8_t* b, float* y) {
+        const float d = e8m0_half(b[0]);
+        const uint8_t* qs = b + 1;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * float(tb::mxfp4_values[qs[j] & 15]);
+            y[j + 16] = d * float(tb::mxfp4_values[qs[j] >> 4]);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Row functions built from a type's block decoder.
+
+template <class K>
+void to_float(const uint8_t* src, float* dst, int64_t n) {
+    constexpr int B = K::size.block_values, S = K::size.block_bytes;
+    for (int64_t i = 0; i < n / B; ++i) K::block(src + i * S, dst + i * B);
+}
+
+inline float sum_lanes(const float* acc, int lanes) {  // pairwise, for accuracy
+    float a[16];
+    std::memcpy(a, acc, sizeof(float) * lanes);
+    for (int w = lanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l) a[l] += a[l + w];
+    return a[0];
+}
+
+template <class K>
+float dot_portable(const uint8_t* row, const float* x, int64_t n) {
+    constexpr int B = K::size.block_values, S = K::size.block_bytes, L = 16;
+    float acc[L] = {};
+    if constexpr (B == 1) {  // plain floats: 16 values per step, then the tail
+        int64_t i = 0;
+        for (; i + L <= n; i += L)
+            for (int l = 0; l < L; ++l) {
+                float v;
+                K::block(row + (i + l) * S, &v);
+                acc[l] += v * x[i + l];
+            }
+        for (; i < n; ++i) {
+            float v;
+            K::block(row + i * S, &v);
+            acc[i % L] += v * x[i];
+        }
+    } else {
+        static_assert(B % L == 0);
+        alignas(64) float buf[B];
+        for (int64_t ib = 0; ib < n / B; ++ib) {
+            K::block(row + ib * S, buf);
+            const float* xb = x + ib * B;
+            for (int j = 0; j < B; j += L)
+                for (int l = 0; l < L; ++l) acc[l] += buf[j + l] * xb[j + l];
+        }
+    }
+    return sum_lanes(acc, L);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 + FMA kernels, compiled for x86-64 whatever the build's -march, used when the CPU has them.
+#ifdef FTW_GGML_X86
+
+FTW_AVX2 inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// 16 signed bytes . x[0..16) -> 8 lanes
+FTW_AVX2 inline __m256 dot16_i8(__m128i q, const float* x) {
+    const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    const __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+    return _mm256_fmadd_ps(b, _mm256_loadu_ps(x + 8), _mm256_mul_ps(a, _mm256_loadu_ps(x)));
+}
+
+// 32 signed bytes . x[0..32) -> 8 lanes
+FTW_AVX2 inline __m256 dot32_i8(__m256i q, const float* x) {
+    return _mm256_add_ps(dot16_i8(_mm256_castsi256_si128(q), x),
+                         dot16_i8(_mm256_extracti128_si256(q, 1), x + 16));
+}
+
+FTW_AVX2 inline __m256 sum32(const float* x) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
+                         _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+}
+
+// 16 bytes of nibbles (value j low, j+16 high) through a 16-entry int8 table -> 32 int8
+FTW_AVX2 inline __m256i nibbles_lut(const uint8_t* qs, __m128i lut) {
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), m4));
+    return _mm256_set_m128i(hi, lo);
+}
+
+inline __m128i load_lut(const int8_t* t) {  // plain SSE2 load, no target needed
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+}
+
+FTW_AVX2 float dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {  // two blocks per step: two independent FMA chains
+        const uint8_t* b0 = row + ib * Q8_0::size.block_bytes;
+        const uint8_t* b1 = b0 + Q8_0::size.block_bytes;
+        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b0)), dot32_i8(q0, x + ib * 32), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b1)), dot32_i8(q1, x + ib * 32 + 32), acc1);
+    }
+    for (; ib < nb; ++ib) {
+        const uint8_t* b = row + ib * Q8_0::size.block_bytes;
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b)), dot32_i8(q, x + ib * 32), acc0);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Q4_0, IQ4_NL, MXFP4: 32 values = one scale x a 16-entry table of 4-bit codes
+template <int S, float (*Scale)(const uint8_t*)>
+FTW_AVX2 float dot_nibble_lut_avx2(const uint8_t* row, const float* x, int64_t n, __m128i lut) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 32; ++ib) {
+        const uint8_t* b = row + ib * S;
+        const __m256i q = nibbles_lut(b + S - 16, lut);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(Scale(b)), dot32_i8(q, x + ib * 32), acc);
+    }
+    return hsum(acc);
+}
+
+inline float scale_f16(const uint8_t* b) { return half_at(b); }
+inline float scale_e8m0(const uint8_t* b) { return e8m0_half(b[0]); }
+constexpr int8_t q4_0_values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+FTW_AVX2 float dot_q4_0_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_nibble_lut_avx2<Q4_0::size.block_bytes, scale_f16>(r, x, n, load_lut(q4_0_values));
+}
+FTW_AVX2 float dot_iq4_nl_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_nibble_lut_avx2<IQ4_NL::size.block_bytes, scale_f16>(r, x, n, load_lut(tb::iq4nl_values));
+}
+FTW_AVX2 float dot_mxfp4_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_nibble_lut_avx2<MXFP4::size.block_bytes, scale_e8m0>(r, x, n, load_lut(tb::mxfp4_values));
+}
+
+FTW_AVX2 float dot_iq4_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
+    const __m128i lut = load_lut(tb::iq4nl_values);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
+        const uint8_t* b = row + ib * IQ4_XS::size.block_bytes;
+        const float d = half_at(b);
+        const uint16_t sh = rd16(b + 2);
+        for (int j = 0; j < 8; ++j) {
+            const int s = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
+            const __m256i q = nibbles_lut(b + 8 + 16 * j, lut);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(s - 32)), dot32_i8(q, x + 32 * j), acc);
+        }
+    }
+    return hsum(acc);
+}
+
+// sum_j d*sc_j * (q . x)_j - dmin*m_j * (sum x)_j over the 8 sub-blocks of 32
+FTW_AVX2 float dot_q4_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
+        const uint8_t* b = row + ib * Q4_K::size.block_bytes;
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(b + 4, sc, mn);
+        for (int c = 0; c < 4; ++c) {
+            const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
+            const __m256i lo = _mm256_and_si256(bytes, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+            const float* x0 = x + 64 * c;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c])), dot32_i8(lo, x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c + 1])), dot32_i8(hi, x0 + 32), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c])), sum32(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c + 1])), sum32(x0 + 32), accm);
+        }
+    }
+    return hsum(_mm256_sub_ps(acc, accm));
+}
+
+FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+    const __m256i m4 = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
+        const uint8_t* b = row + ib * Q5_K::size.block_bytes;
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint8_t sc[8], mn[8];
+        k4_scale_min(b + 4, sc, mn);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+        for (int c = 0; c < 4; ++c) {
+            const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * c));
+            // bit j of qh[l] -> 16 for sub-block j: shift the wanted bit to bit 4 (16-bit lanes
+            // shift bits across bytes, the mask keeps only bit 4 of each byte)
+            const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), bit4);
+            const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), bit4);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, m4), h0);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), h1);
+            const float* x0 = x + 64 * c;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c])), dot32_i8(lo, x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c + 1])), dot32_i8(hi, x0 + 32), acc);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c])), sum32(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c + 1])), sum32(x0 + 32), accm);
+        }
+    }
+    return hsum(_mm256_sub_ps(acc, accm));
+}
+
+FTW_AVX2 float dot_q6_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
+        const uint8_t* b = row + ib * Q6_K::size.block_bytes;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+        const float d = half_at(b + 208);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+            const __m256i lows[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                                     _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                     _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+            for (int s = 0; s < 4; ++s) {
+                const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), m2);
+                const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[s], _mm256_slli_epi16(high, 4)), off);
+                const float* xs = x + 128 * h + 32 * s;
+                const int k = 8 * h + 2 * s;
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[k])), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[k + 1])),
+                                      dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
+            }
+        }
+    }
+    return hsum(acc);
+}
+
+bool cpu_has_avx2() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+#endif  // FTW_GGML_X86
+
+using DotFn = float (*)(const uint8_t*, const float*, int64_t);
+
+// The one table. `simd` is the type's AVX2 kernel, or nullptr where the portable one is used.
+struct Entry {
+    TypeTraits traits;
+    DotFn simd;
+};
+
+template <class K>
+constexpr Entry entry(const char* name, DotFn simd = nullptr) {
+    return {{name, K::size.id, K::size.block_values, K::size.block_bytes, &to_float<K>,
+             &dot_portable<K>, &dot_portable<K>},
+            simd};
+}
+
+#ifdef FTW_GGML_X86
+#define FTW_SIMD(fn) fn
+#else
+#define FTW_SIMD(fn) nullptr
+#endif
+
+Entry g_entries[] = {
+    entry<F32>("F32"),
+    entry<F16>("F16"),
+    entry<BF16>("BF16"),
+    entry<Q8_0>("Q8_0", FTW_SIMD(dot_q8_0_avx2)),
+    entry<Q4_0>("Q4_0", FTW_SIMD(dot_q4_0_avx2)),
+    entry<Q4_1>("Q4_1"),
+    entry<Q5_0>("Q5_0"),
+    entry<Q5_1>("Q5_1"),
+    entry<Q2_K>("Q2_K"),
+    entry<Q3_K>("Q3_K"),
+    entry<Q4_K>("Q4_K", FTW_SIMD(dot_q4_k_avx2)),
+    entry<Q5_K>("Q5_K", FTW_SIMD(dot_q5_k_avx2)),
+    entry<Q6_K>("Q6_K", FTW_SIMD(dot_q6_k_avx2)),
+    entry<IQ4_NL>("IQ4_NL", FTW_SIMD(dot_iq4_nl_avx2)),
+    entry<IQ4_XS>("IQ4_XS", FTW_SIMD(dot_iq4_xs_avx2)),
+    entry<IQ2_XXS>("IQ2_XXS"),
+    entry<IQ2_XS>("IQ2_XS"),
+    entry<IQ3_XXS>("IQ3_XXS"),
+    entry<IQ3_S>("IQ3_S"),
+    entry<MXFP4>("MXFP4", FTW_SIMD(dot_mxfp4_avx2)),
+};
+
+// Picks the SIMD kernels once, at first use (static initialisation order does not matter).
+struct Table {
+    bool simd = false;
+    Table() {
+#ifdef FTW_GGML_X86
+        simd = cpu_has_avx2();
+#endif
+        for (Entry& e : g_entries)
+            if (simd && e.simd) e.traits.dot = e.simd;
+    }
+};
+
+const Table& table() {
+    static const Table t;
+    return t;
+}
+
+}  // namespace
+
+const TypeTraits* find(std::string_view name) {
+    table();
+    for (const Entry& e : g_entries)
+        if (name == e.traits.name) return &e.traits;
+    return nullptr;
+}
+
+const TypeTraits* find(int type_id) {
+    table();
+    for (const Entry& e : g_entries)
+        if (type_id == e.traits.type_id) return &e.traits;
+    return nullptr;
+}
+
+std::vector<const TypeTraits*> all() {
+    table();
+    std::vector<const TypeTraits*> out;
+    for (const Entry& e : g_entries) out.push_back(&e.traits);
+    return out;
+}
+
+const TypeTraits& lookup(std::string_view name) {
+    if (const TypeTraits* t = find(name)) return *t;
+    std::string known;
+    for (const Entry& e : g_entries) known += (known.empty() ? "" : ", ") + std::string(e.traits.name);
+    throw UnsupportedError("ggml type '" + std::string(name) + "' is not supported by ftw's runtime (supported: " +
+                           known + ")");
+}
+
+void check_row(const TypeTraits& t, int64_t n, int64_t nbytes, std::string_view what) {
+    if (n <= 0 || n % t.block_values != 0)
+        throw FormatError(std::string(what) + ": " + std::to_string(n) + " values of " + t.name +
+                          " is not a positive multiple of its block size " + std::to_string(t.block_values));
+    if (t.row_bytes(n) != nbytes)
+        throw FormatError(std::string(what) + ": " + std::to_string(n) + " values of " + t.name + " take " +
+                          std::to_string(t.row_bytes(n)) + " bytes, got " + std::to_string(nbytes));
+}
+
+bool simd_active() { return table().simd; }
+
+}  // namespace ftw::ggml

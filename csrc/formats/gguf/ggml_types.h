@@ -1,0 +1,48 @@
+// ggml's block types, one registered entry per type: sizes, a row decoder and a row dot product.
+//
+// The CPU executor (and later the CUDA kernels, through the same generated tables) reads GGUF
+// expert rows as the file stores them and looks each layer's type up here; nothing else in
+// csrc/ knows a ggml block layout. The decoders are bit-exact to ggml's dequantize_row_* (and to
+// gguf.quants, which mirrors them); tables such as the IQ grids are generated from the gguf
+// package at build time (gen_tables.py), never typed by hand.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace ftw::ggml {
+
+struct TypeTraits {
+    const char* name;   // the gguf name, e.g. "Q4_K" (GGMLQuantizationType.name)
+    int type_id;        // ggml type id, e.g. 12
+    int block_values;   // values per block (1 for F32/F16/BF16)
+    int block_bytes;    // bytes per block
+    // n values (a multiple of block_values) of a row -> float32, bit-exact to ggml
+    void (*to_float)(const uint8_t* src, float* dst, int64_t n);
+    // sum_i value(row)[i] * x[i] over n values, float32 accumulation; blocks are dequantized in
+    // registers one at a time. Best kernel this CPU runs (AVX2 where one exists).
+    float (*dot)(const uint8_t* row, const float* x, int64_t n);
+    // the portable C++ dot, always compiled; `dot` is this where no SIMD kernel applies
+    float (*dot_portable)(const uint8_t* row, const float* x, int64_t n);
+
+    int64_t row_bytes(int64_t n) const { return n / block_values * block_bytes; }
+};
+
+// nullptr when the type is not in the table
+const TypeTraits* find(std::string_view name);
+const TypeTraits* find(int type_id);
+// every type, in table order
+std::vector<const TypeTraits*> all();
+
+// Like find, but an unknown type throws ftw::UnsupportedError naming it and the known types.
+const TypeTraits& lookup(std::string_view name);
+
+// Throws ftw::FormatError unless n values of `t` fill exactly `nbytes` bytes (n a multiple of
+// the block size); `what` names the row in the message.
+void check_row(const TypeTraits& t, int64_t n, int64_t nbytes, std::string_view what);
+
+// Whether `dot` uses SIMD kernels in this process (AVX2+FMA found at run time).
+bool simd_active();
+
+}  // namespace ftw::ggml
