@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import ftw
+import ftw.runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "st" / "mixed_bf16_nvfp4"
