@@ -8,6 +8,8 @@ on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import sys
 from contextlib import contextmanager
 
@@ -80,30 +82,38 @@ def inspect(file: str, layers: str | None, as_json: bool) -> None:
     from ftw.summary import summarize
 
     with ftw.open(file) as f:
-        s = summarize(f, parse_layers(layers))
+        limit = max([f.model.num_layers if f.model else 0, *(l + 1 for l in f.layers)], default=0)
+        s = summarize(f, parse_layers(layers, limit))
     if as_json:
         emit_json(s)
         return
     render_summary(s)
 
 
+def lit(x) -> str:
+    """User text (paths, names from an index or a checkpoint) as rich prints it literally:
+    '[/bold]' in a file name must neither raise nor vanish."""
+    return escape(str(x))
+
+
 def render_summary(s: dict) -> None:
     m = s["model"] or {}
     prov = s["provenance"]
-    out.print(f"[bold]{s['file']}[/]  FTW v{s['version'][0]}.{s['version'][1]}, {human(s['file_nbytes'])}")
+    out.print(f"[bold]{lit(s['file'])}[/]  FTW v{s['version'][0]}.{s['version'][1]}, {human(s['file_nbytes'])}")
     if prov:
-        out.print(f"  from {prov.get('reader', '?')}: {prov.get('source', '?')} (ftw {prov.get('tool_version', '?')})")
+        out.print(f"  from {lit(prov.get('reader', '?'))}: {lit(prov.get('source', '?'))} "
+                  f"(ftw {lit(prov.get('tool_version', '?'))})")
     if m:
         out.print(
-            f"  model [cyan]{m['family']}[/]: H={m['hidden_size']} I={m['moe_intermediate_size']} "
+            f"  model [cyan]{lit(m['family'])}[/]: H={m['hidden_size']} I={m['moe_intermediate_size']} "
             f"E={m['num_experts']} top_k={m['top_k']} layers={m['num_layers']} "
-            f"MoE layers={format_layers(m['moe_layers'])} activation={m['activation']}"
+            f"MoE layers={format_layers(m['moe_layers'])} activation={lit(m['activation'])}"
         )
     t = Table(title="Layer formats", title_justify="left")
     for c in ("format", "options", "layers", "count", "expert bytes"):
         t.add_column(c, justify="right" if c in ("count", "expert bytes") else "left")
     for f in s["formats"]:
-        t.add_row(f["name"], json.dumps(f["options"]) if f["options"] else "", format_layers(f["layers"]),
+        t.add_row(lit(f["name"]), lit(json.dumps(f["options"])) if f["options"] else "", format_layers(f["layers"]),
                   str(len(f["layers"])), human(f["raw_nbytes"]))
     out.print(t)
     t = Table(title="Banks", title_justify="left")
@@ -112,7 +122,7 @@ def render_summary(s: dict) -> None:
     for row in s["layers"]:
         for i, b in enumerate(row["banks"]):
             t.add_row(
-                str(row["layer"]) if i == 0 else "", row["format_key"] if i == 0 else "", b["name"], b["dtype"],
+                str(row["layer"]) if i == 0 else "", lit(row["format_key"]) if i == 0 else "", lit(b["name"]), b["dtype"],
                 "x".join(map(str, b["shape"])), human(b["bytes_per_expert"]), human(b["stored_nbytes"]),
                 b["codec"], f"{b['ratio']:.2f}",
             )
@@ -123,7 +133,7 @@ def render_summary(s: dict) -> None:
         f"{tot['moe_layers']} MoE layers, experts {human(tot['expert_stored_nbytes'])} stored "
         f"({human(tot['expert_raw_nbytes'])} raw); {len(s['tensors'])} other tensors "
         f"{human(tot['tensor_nbytes'])}; {len(s['attachments'])} attachments "
-        f"({', '.join(a['name'] for a in s['attachments'])})"
+        f"({lit(', '.join(a['name'] for a in s['attachments']))})"
     )
 
 
@@ -144,16 +154,17 @@ def verify(file: str, threads: int | None, as_json: bool) -> None:
     if as_json:
         emit_json({"file": file, "ok": True, "blobs": n, "nbytes": checked})
     else:
-        out.print(f"[green]ok[/] {file}: {n} blobs, {human(checked)} checked")
+        out.print(f"[green]ok[/] {lit(file)}: {n} blobs, {human(checked)} checked")
 
 
 # -- convert ------------------------------------------------------------------------------
 def parse_compress(text: str | None) -> int | None:
     if text is None:
         return None
-    name, _, level = text.partition(":")
-    if name != "zstd" or (level and not level.lstrip("-").isdigit()):
-        raise FtwError(f"--compress: expected zstd or zstd:LEVEL, got {text!r}")
+    name, colon, level = text.partition(":")
+    # ASCII only: '²'.isdigit() is true and int('²') a ValueError
+    if name != "zstd" or (colon and not re.fullmatch(r"-?[0-9]{1,7}", level)):
+        raise FtwError(f"--compress: expected zstd or zstd:LEVEL (an integer), got {text!r}")
     from ftw.writers.ftw_writer import check_level
 
     return check_level(int(level) if level else 3)
@@ -181,7 +192,7 @@ def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, a
     if not dry_run and os.path.exists(dst) and not force:
         raise DestinationExistsError(f"{dst}: exists (use --force to replace it)")
     with open_checkpoint(src) as reader:
-        plan = plan_conversion(reader, parse_layers(layers), experts_only)
+        plan = plan_conversion(reader, parse_layers(layers, reader.model.num_layers), experts_only)
         if not dry_run:
             total = plan.expert_nbytes + plan.tensor_nbytes
             with progress_bar(total, "convert", as_json) as advance:
@@ -191,16 +202,16 @@ def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, a
     if as_json:
         emit_json(result)
         return
-    t = Table(title=("Plan (dry run: nothing written)" if dry_run else f"Converted into {dst}"), title_justify="left")
+    t = Table(title=("Plan (dry run: nothing written)" if dry_run else f"Converted into {lit(dst)}"), title_justify="left")
     for c in ("layer", "format", "options", "banks", "expert bytes"):
         t.add_column(c, justify="right" if c in ("layer", "expert bytes") else "left")
     for row in result["layers"]:
-        t.add_row(str(row["layer"]), row["format"], json.dumps(row["options"]) if row["options"] else "",
-                  ", ".join(row["banks"]), human(row["nbytes"]))
+        t.add_row(str(row["layer"]), lit(row["format"]), lit(json.dumps(row["options"])) if row["options"] else "",
+                  lit(", ".join(row["banks"])), human(row["nbytes"]))
     out.print(t)
-    out.print(f"{len(plan.layers)} MoE layers from {plan.reader}: experts {human(plan.expert_nbytes)}, "
+    out.print(f"{len(plan.layers)} MoE layers from {lit(plan.reader)}: experts {human(plan.expert_nbytes)}, "
               f"{len(plan.tensors)} other tensors {human(plan.tensor_nbytes)}, "
-              f"attachments: {', '.join(sorted(plan.attachments)) or 'none'}")
+              f"attachments: {lit(', '.join(sorted(plan.attachments)) or 'none')}")
 
 
 # -- check --------------------------------------------------------------------------------
@@ -221,11 +232,11 @@ def check(src, file, experts, threads, as_json) -> None:
     if as_json:
         emit_json(report.to_json())
     else:
-        t = Table(title=f"ftw check {src} -> {file}", title_justify="left")
+        t = Table(title=f"ftw check {lit(src)} -> {lit(file)}", title_justify="left")
         for c in ("layer", "format", "banks", "bytes compared", "experts dequantized", "max |error|", "result"):
             t.add_column(c, justify="left" if c in ("format", "result") else "right")
         for r in report.layers.values():
-            t.add_row(str(r.layer), r.format, str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
+            t.add_row(str(r.layer), lit(r.format), str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
                       f"{r.max_abs_err:.3g}",
                       (f"[red]{escape(r.problems[0])}[/]" if not r.ok else
                        "[green]ok[/]" + (f" [yellow]({escape(r.notes[0])})[/]" if r.notes else "")))
@@ -238,20 +249,39 @@ def check(src, file, experts, threads, as_json) -> None:
                        f"{(bad + report.problems)[0]}")
 
 
+def one_line(text: str) -> str:
+    """A message on one line: a newline or other control character in a path is shown
+    escaped, never as a line break."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/] {escape(one_line(message))}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     try:
         rc = cli.main(standalone_mode=False)
     except FtwError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        fail(str(e))
         sys.exit(1)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        err.print("[red]interrupted[/]: nothing was written")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback
+        from ftw.writers.atomic import committed
+
+        done = committed()
+        if done:
+            err.print(f"[red]interrupted[/] after {lit(one_line(', '.join(done)))} was written in full "
+                      f"(committed before the interrupt)", highlight=False, soft_wrap=True)
+        else:
+            err.print("[red]interrupted[/]: nothing was written")
         sys.exit(130)
     except OSError as e:
-        err.print(f"[red]error:[/] {e.filename or ''}: {e.strerror or e}", highlight=False)
+        where = ": ".join(str(x) for x in (e.filename, e.filename2) if x is not None) or "(no file named)"
+        fail(f"{where}: {e.strerror or e}")
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
 

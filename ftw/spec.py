@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MAJOR = 1
-MINOR = 0
+MINOR = 1  # 1.1: the limits of docs/FORMAT.md (layer index, experts, dims)
 
 ALIGNMENT = 4096  # every blob starts on this boundary (mmap, O_DIRECT, pinned copies)
 PREAMBLE_MAGIC = b"FTW\x00"
@@ -22,6 +22,12 @@ FOOTER = struct.Struct("<8sHHIQQQ16xQ")
 assert PREAMBLE.size == 64 and FOOTER.size == 64
 
 MAX_INDEX_NBYTES = 64 << 20  # a reader refuses a larger index before reading it
+# v1.1 bounds (docs/FORMAT.md, "Limits"): no model has more than a few hundred layers or a
+# few thousand experts, and without a bound a 42 MiB index of 300,000 layers, or a range
+# like --layers 0-10000000000, costs minutes and gigabytes before anything fails
+MAX_LAYERS = 1 << 16  # MoE layer indices are < MAX_LAYERS
+MAX_EXPERTS = 1 << 16  # experts per bank
+MAX_DIMS = 8  # dimensions of a bank or tensor shape
 # zstd's densest frame is RLE blocks, 4 bytes for 128 KiB: no frame decodes to more than this
 # many times its size, so a compressed bank whose shape claims more is refused at open
 ZSTD_MAX_RATIO = 1 << 15
@@ -81,3 +87,27 @@ def numpy_dtype(name: str) -> np.dtype:
 
 def align_up(n: int, alignment: int = ALIGNMENT) -> int:
     return (n + alignment - 1) // alignment * alignment
+
+
+def decimal_index(text: str, limit: int | None = None) -> int | None:
+    """text as an index when it is canonical ASCII decimal (no sign, no leading zeros, at
+    most 18 digits) below limit; else None. str.isdigit() and int() also take '²', Arabic-
+    Indic digits and '03', which would give one tensor two names, or die on 5000 digits."""
+    if not (0 < len(text) <= 18 and text.isascii() and text.isdigit()) or (text[0] == "0" and text != "0"):
+        return None
+    n = int(text)
+    return n if limit is None or n < limit else None
+
+
+def shape_problem(shape: tuple[int, ...], itemsize: int) -> str | None:
+    """Why a reader refuses this shape (docs/FORMAT.md, rule 9), or None. The converter asks
+    too, before its output exists: it must never write a file its own reader refuses."""
+    if len(shape) > MAX_DIMS:
+        return f"{len(shape)} dimensions (an FTW shape has at most {MAX_DIMS})"
+    n = itemsize
+    for d in shape:
+        n *= max(d, 1)
+    # numpy cannot even describe a larger array, empty or not (a zero dim does not help)
+    if n >= 1 << 63:
+        return f"shape {list(shape)} is too large for any array"
+    return None

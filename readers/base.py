@@ -11,7 +11,9 @@ A reader:
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 from abc import ABC, abstractmethod
 from typing import Callable, Iterable
 
@@ -63,6 +65,48 @@ class CheckpointReader(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def open_regular(path: str, what: str = "file") -> int:
+    """A read-only descriptor of path, refused (SourceError) unless it is a regular file.
+    O_NONBLOCK: open() of a FIFO would otherwise wait forever for a writer; a regular file
+    ignores the flag."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise SourceError(f"{path}: cannot open {what}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SourceError(f"{path}: {what} is not a regular file (a FIFO, device or folder)")
+    return fd
+
+
+def read_regular(path: str, what: str, limit: int) -> bytes:
+    """The whole of a small regular file (a config or an index), at most limit bytes."""
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise SourceError(f"{path}: {what} of {size} bytes is larger than the {limit}-byte limit")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def load_json_object(path: str, what: str, limit: int = 64 << 20) -> dict:
+    """A JSON object from a small file: never a hang (FIFO), a RecursionError (100,000-deep
+    nesting) or a traceback. (NaN is parsed: the values a family reads are checked one by one.)"""
+    raw = read_regular(path, what, limit)
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SourceError(f"{path}: {what} is not valid JSON: {str(e)[:200] or type(e).__name__}") from None
+    if not isinstance(obj, dict):
+        raise SourceError(f"{path}: {what} must be a JSON object")
+    return obj
 
 
 # An opener returns a reader when it recognises the path, else None.

@@ -20,9 +20,12 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from ftw import mapped
 from ftw.errors import SourceError, UnsupportedError
 
+from .base import open_regular
+
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NESTING = 8  # arrays of arrays: llama.cpp writes none; 2,000 levels would exhaust the stack
 
 # ggml's block_q8_1 is {half d, half s, int8 qs[32]} = 36 bytes; gguf 0.19's table says 40.
 # Q8_1 is a vec-dot scratch type llama.cpp never writes, but if a file holds one, ggml's size
@@ -157,7 +160,9 @@ class _Cursor:
             self.pos += n
         return out
 
-    def value(self, vtype: int, what: str) -> tuple[Any, int | None]:
+    def value(self, vtype: int, what: str, depth: int = 0) -> tuple[Any, int | None]:
+        if depth > MAX_NESTING:
+            raise SourceError(f"{self.path}: {what}: arrays nested more than {MAX_NESTING} deep")
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype], what), None
         if vtype == STRING:
@@ -176,7 +181,7 @@ class _Cursor:
             self.need(count * 8, what)
             if sub == STRING:
                 return self._strings(count, what), sub
-            return [self.value(sub, what)[0] for _ in range(count)], sub
+            return [self.value(sub, what, depth + 1)[0] for _ in range(count)], sub
         raise SourceError(f"{self.path}: {what}: unknown GGUF value type {vtype}")
 
 
@@ -185,10 +190,7 @@ class GGUFFile:
 
     def __init__(self, path: str, shard: int = 0):
         self.path, self.shard = path, shard
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as e:
-            raise SourceError(f"{path}: cannot open: {e.strerror or e}") from None
+        fd = open_regular(path, "GGUF file")  # a FIFO is refused, not waited on
         try:
             self.size = os.fstat(fd).st_size
             if self.size < 24:
@@ -258,6 +260,8 @@ class GGUFFile:
                 )
             if rel % self.alignment:
                 raise SourceError(f"{where}: data offset {rel} is not a multiple of the alignment {self.alignment}")
+            if prod(max(d, 1) for d in ne) >= 1 << 63:  # [0, 2**64-1] holds no bytes, yet no array has it
+                raise SourceError(f"{where}: shape {list(ne)} is too large for any array")
             nbytes = prod(ne[1:]) * t.row_nbytes(ne[0])
             start = self.data_offset + rel
             if start + nbytes > self.size:

@@ -26,7 +26,10 @@ import numpy as np
 from ftw import mapped, spec
 from ftw.errors import SourceError, UnsupportedError
 
+from .base import load_json_object, open_regular
+
 MAX_HEADER_NBYTES = 100 << 20
+MAX_NDIM = 64  # numpy's limit
 INDEX_FILE = "model.safetensors.index.json"
 
 # safetensors dtype -> ftw dtype name; exotic types (F4, F6_*, C64...) are refused on use
@@ -67,9 +70,10 @@ class TensorInfo:
 
 def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
     """One shard's tensors, every offset checked against the file size. Returns (tensors, file size)."""
+    fd = open_regular(path, "shard")
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise SourceError(f"{path}: truncated shard ({size} bytes, no header length)")
@@ -100,6 +104,11 @@ def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
             raise SourceError(f"{where}: dtype must be a string, got {st!r:.40}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise SourceError(f"{where}: shape must be a list of non-negative integers")
+        if len(shape) > MAX_NDIM:
+            raise SourceError(f"{where}: {len(shape)} dimensions (numpy, and so ftw, handles at most {MAX_NDIM})")
+        # [0, 2**64] holds no bytes, yet no array can have that shape: refuse it here
+        if prod(max(d, 1) for d in shape) >= 1 << 63:
+            raise SourceError(f"{where}: shape {shape} is too large for any array")
         if (
             not isinstance(offs, list)
             or len(offs) != 2
@@ -127,11 +136,7 @@ def _shard_paths(folder: str) -> tuple[list[str], dict[str, str] | None]:
     index_path = os.path.join(folder, INDEX_FILE)
     if not os.path.exists(index_path):
         return sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors"))), None
-    try:
-        with open(index_path, "rb") as f:
-            weight_map = json.load(f).get("weight_map")
-    except (OSError, ValueError, AttributeError) as e:
-        raise SourceError(f"{index_path}: unreadable index: {e}") from None
+    weight_map = load_json_object(index_path, "index", MAX_HEADER_NBYTES).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise SourceError(f"{index_path}: weight_map must map tensor names to shard file names")
     first: dict[str, str] = {}
@@ -143,7 +148,7 @@ def _shard_paths(folder: str) -> tuple[list[str], dict[str, str] | None]:
         if os.path.basename(shard) != shard or shard in ("", ".", ".."):
             raise SourceError(f"{index_path}: shard {shard!r} (for tensor {name!r}) is not a plain file name")
         p = os.path.join(folder, shard)
-        if not os.path.isfile(p):
+        if not os.path.lexists(p):
             raise SourceError(f"{index_path}: names shard {shard!r} (for tensor {name!r}), which does not exist")
         paths.append(p)
     return sorted(paths), weight_map
@@ -211,7 +216,7 @@ class SafetensorsIndex:
     def _map(self, path: str) -> mmap.mmap:
         mm = self._maps.get(path)
         if mm is None:
-            with open(path, "rb") as f:
+            with os.fdopen(open_regular(path, "shard"), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size != self._sizes[path]:
                     raise SourceError(f"{path}: shard changed size since it was opened ({self._sizes[path]} -> {size})")

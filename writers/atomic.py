@@ -18,6 +18,29 @@ import subprocess
 
 from ftw.errors import DestinationExistsError, FtwError
 
+# (destination, st_dev, st_ino) of every file this process moved or was moving into place
+_COMMITS: list[tuple[str, int, int]] = []
+TMP_SUFFIX_NBYTES = len(".") + 8 + len(".tmp")  # what _hidden_name adds to the (cut) base name
+
+
+def committed() -> list[str]:
+    """Destinations this process has put in place, as the file system says now: a Ctrl-C
+    can land between the rename and any bookkeeping after it, so the destination's inode
+    is compared with the one written rather than trusting a flag."""
+    out = []
+    for path, dev, ino in _COMMITS:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            out.append(path)
+    return out
+
+
+def _io_error(path: str, what: str, e: OSError) -> FtwError:
+    return FtwError(f"{path}: cannot {what}: {e.strerror or e}")
+
 
 class AtomicFile:
     def __init__(self, path: str | os.PathLike, *, force: bool = False):
@@ -32,22 +55,38 @@ class AtomicFile:
             raise FtwError(f"{self.path}: folder {self.folder} does not exist")
         self._named_tmp: str | None = None
         self._reaper: subprocess.Popen | None = None
-        if _anonymous_files_link(self.folder):
-            self.fd = os.open(self.folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
-        else:
-            self._named_tmp = self._hidden_name()
-            self.fd = os.open(self._named_tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            self._reaper = _start_reaper(self._named_tmp)
+        self.fd = -1
+        try:
+            if _anonymous_files_link(self.folder):
+                self.fd = os.open(self.folder, os.O_TMPFILE | os.O_WRONLY, 0o644)
+            else:
+                self._named_tmp = self._hidden_name()
+                self.fd = os.open(self._named_tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                self._reaper = _start_reaper(self._named_tmp)
+        except OSError as e:
+            self._named_tmp = None
+            raise _io_error(self.path, "create a file in its folder", e) from None
 
     def _hidden_name(self) -> str:
-        return os.path.join(self.folder, f".{os.path.basename(self.path)}.{secrets.token_hex(4)}.tmp")
+        """'.NAME.xxxxxxxx.tmp', NAME cut so the whole stays within the folder's NAME_MAX:
+        a destination name of 240-255 bytes must not fail on its temporary name."""
+        base = os.fsencode(os.path.basename(self.path))
+        try:
+            name_max = os.pathconf(self.folder, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            name_max = 255
+        base = base[: max(1, name_max - 1 - TMP_SUFFIX_NBYTES)]
+        return os.path.join(self.folder, os.fsdecode(b"." + base) + f".{secrets.token_hex(4)}.tmp")
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         total = len(view)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as e:
+            raise _io_error(self.path, "write", e) from None
         return total
 
     def copy_from(self, src_fd: int, offset: int, nbytes: int) -> int:
@@ -58,9 +97,10 @@ class AtomicFile:
         while done < nbytes:
             try:
                 n = os.copy_file_range(src_fd, self.fd, nbytes - done, offset + done)
-            except OSError:
+            except OSError as e:
                 if done:
                     break
+                e.filename = self.path  # errno kept: the caller tells "cannot copy" from "failed"
                 raise
             if n == 0:
                 break
@@ -68,6 +108,14 @@ class AtomicFile:
         return done
 
     def commit(self) -> None:
+        try:
+            self._commit()
+        except OSError as e:
+            raise _io_error(self.path, "commit", e) from None
+        finally:
+            self.abort()
+
+    def _commit(self) -> None:
         os.fsync(self.fd)
         if self._named_tmp is None:
             # link the anonymous inode under a hidden name, then rename: rename is the only
@@ -75,24 +123,23 @@ class AtomicFile:
             tmp = self._hidden_name()
             os.link(f"/proc/self/fd/{self.fd}", tmp)
             self._named_tmp = tmp
+        st = os.fstat(self.fd)
+        _COMMITS.append((self.path, st.st_dev, st.st_ino))
         os.close(self.fd)
         self.fd = -1
-        try:
-            if self.force:
-                os.replace(self._named_tmp, self.path)
-            else:
-                # link() fails if the destination appeared meanwhile: never clobber it
-                try:
-                    os.link(self._named_tmp, self.path)
-                except FileExistsError:
-                    raise DestinationExistsError(
-                        f"{self.path}: appeared while converting; not replaced (use --force)"
-                    ) from None
-                os.unlink(self._named_tmp)
-            self._named_tmp = None
-            _fsync_dir(self.folder)
-        finally:
-            self.abort()
+        if self.force:
+            os.replace(self._named_tmp, self.path)
+        else:
+            # link() fails if the destination appeared meanwhile: never clobber it
+            try:
+                os.link(self._named_tmp, self.path)
+            except FileExistsError:
+                raise DestinationExistsError(
+                    f"{self.path}: appeared while converting; not replaced (use --force)"
+                ) from None
+            os.unlink(self._named_tmp)
+        self._named_tmp = None
+        _fsync_dir(self.folder)
 
     def abort(self) -> None:
         if self.fd >= 0:
