@@ -125,6 +125,23 @@ def test_dot_against_float64(name):
                     f"{name} row {r} portable={portable} seed {seed}: {got} vs {ref} (scale {scale})")
 
 
+@pytest.mark.parametrize("name", TYPES)
+def test_matmul_several_tokens(name):
+    """dot_multi (each block decoded once for several tokens) for 1..9 tokens against float64."""
+    rng, seed = _rng()
+    n = _n_values(name)
+    w = _weights(rng, 3, n)
+    raw = np.ascontiguousarray(_quantized(name, w)[0])
+    ref_w = dequantize(raw, Q[name]).astype(np.float64).reshape(3, n)
+    for tokens in (1, 2, 5, 9):
+        x = rng.standard_normal((tokens, n)).astype(np.float32)
+        got = _runtime.ggml_matmul(name, raw, x)
+        assert got.shape == (tokens, 3) and got.dtype == np.float32
+        terms = x.astype(np.float64)[:, None, :] * ref_w[None, :, :]
+        err = np.abs(got - terms.sum(-1))
+        assert (err <= DOT_RTOL * np.abs(terms).sum(-1)).all(), f"{name} tokens={tokens} seed {seed}: {err.max()}"
+
+
 def test_simd_kernels_are_used_where_the_cpu_has_avx2():
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
     if "avx2" in flags and "fma" in flags:
@@ -159,3 +176,7 @@ def test_wrong_sizes_refused():
         _runtime.ggml_to_float("Q4_K", raw.view(np.int8), 256)
     with pytest.raises(errors.FormatError, match="uint8"):
         _runtime.ggml_dot("Q4_K", np.stack([raw, raw], axis=1)[:, 0], x)  # strided view
+    with pytest.raises(errors.FormatError, match="take 288 bytes, got 144"):
+        _runtime.ggml_matmul("Q4_K", raw[None], np.ones((2, 512), np.float32))
+    with pytest.raises(errors.FormatError, match="2-d float32"):
+        _runtime.ggml_matmul("Q4_K", raw[None], x)

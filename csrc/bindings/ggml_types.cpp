@@ -91,4 +91,32 @@ FTW_BINDINGS(ggml_types) {
         },
         nb::arg("type_name"), nb::arg("row"), nb::arg("x"), nb::arg("portable") = false,
         "sum_i value(row)[i] * x[i] (float32 accumulation); portable=True forces the scalar kernel.");
+
+    m.def(
+        "ggml_matmul",
+        [](const std::string& name, const AnyArray& rows, const AnyArray& x) {
+            const auto& t = ftw::ggml::lookup(name);
+            const uint8_t* src = bytes_of(rows, "ggml_matmul rows");
+            if (rows.ndim() != 2)
+                throw ftw::ShapeError("ggml_matmul rows: expected a 2-d uint8 array [rows, row bytes]");
+            if (x.dtype() != nb::dtype<float>() || x.ndim() != 2 || !c_contiguous(x))
+                throw ftw::ShapeError("ggml_matmul x: expected a contiguous 2-d float32 array [tokens, n]");
+            const int64_t R = int64_t(rows.shape(0)), rb = int64_t(rows.shape(1));
+            const int64_t T = int64_t(x.shape(0)), n = int64_t(x.shape(1));
+            ftw::ggml::check_row(t, n, rb, "ggml_matmul rows");
+            const float* xp = static_cast<const float*>(x.data());
+            float* out = new float[size_t(T * R)];
+            nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+            {
+                nb::gil_scoped_release release;
+                std::vector<float> col(static_cast<size_t>(T));
+                for (int64_t r = 0; r < R; ++r) {
+                    t.dot_multi(src + r * rb, xp, n, T, n, col.data());
+                    for (int64_t i = 0; i < T; ++i) out[i * R + r] = col[size_t(i)];
+                }
+            }
+            return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, {size_t(T), size_t(R)}, owner);
+        },
+        nb::arg("type_name"), nb::arg("rows"), nb::arg("x"),
+        "x[T, n] @ rows^T -> float32 [T, rows] through dot_multi (one thread; a reference matmul).");
 }

@@ -470,6 +470,29 @@ float dot_portable(const uint8_t* row, const float* x, int64_t n) {
     return sum_lanes(acc, L);
 }
 
+// Several x vectors against one row: each block is decoded once into L1 and multiplied into
+// Tn tokens' lanes. Below `min_m` tokens, m calls of the table's `dot` (SIMD where it exists,
+// decoding in registers) are faster, so those go there.
+template <class K>
+void dot_multi_decoded(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out) {
+    constexpr int B = K::size.block_values, S = K::size.block_bytes, L = 16, Tn = 4;
+    static_assert(B % L == 0);
+    alignas(64) float buf[B];
+    for (int64_t t0 = 0; t0 < m; t0 += Tn) {
+        const int tn = int(m - t0 < Tn ? m - t0 : Tn);
+        float acc[Tn][L] = {};
+        for (int64_t ib = 0; ib < n / B; ++ib) {
+            K::block(row + ib * S, buf);
+            for (int t = 0; t < tn; ++t) {
+                const float* xb = x + (t0 + t) * ldx + ib * B;
+                for (int j = 0; j < B; j += L)
+                    for (int l = 0; l < L; ++l) acc[t][l] += buf[j + l] * xb[j + l];
+            }
+        }
+        for (int t = 0; t < tn; ++t) out[t0 + t] = sum_lanes(acc[t], L);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // AVX2 + FMA kernels, compiled for x86-64 whatever the build's -march, used when the CPU has them.
 #ifdef FTW_GGML_X86
@@ -668,9 +691,12 @@ struct Entry {
 };
 
 template <class K>
+void dot_multi(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
+
+template <class K>
 constexpr Entry entry(const char* name, DotFn simd = nullptr) {
     return {{name, K::size.id, K::size.block_values, K::size.block_bytes, &to_float<K>,
-             &dot_portable<K>, &dot_portable<K>},
+             &dot_portable<K>, &dot_portable<K>, &dot_multi<K>},
             simd};
 }
 
@@ -718,6 +744,24 @@ struct Table {
 const Table& table() {
     static const Table t;
     return t;
+}
+
+template <class K>
+const TypeTraits& traits_of() {
+    static const TypeTraits* t = find(K::size.id);
+    return *t;
+}
+
+template <class K>
+void dot_multi(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out) {
+    const TypeTraits& t = traits_of<K>();
+    // measured crossover: a SIMD dot that decodes in registers beats decode-once until ~8 tokens
+    const int64_t min_m = K::size.block_values == 1 ? INT64_MAX : t.dot != t.dot_portable ? 8 : 2;
+    if (m < min_m) {
+        for (int64_t i = 0; i < m; ++i) out[i] = t.dot(row, x + i * ldx, n);
+        return;
+    }
+    if constexpr (K::size.block_values > 1) dot_multi_decoded<K>(row, x, ldx, m, n, out);
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ struct TypeTraits {
     float (*dot)(const uint8_t* row, const float* x, int64_t n);
     // the portable C++ dot, always compiled; `dot` is this where no SIMD kernel applies
     float (*dot_portable)(const uint8_t* row, const float* x, int64_t n);
+    // out[t] = dot(row, x + t * ldx, n) for t < m (prefill: one weight row times the m tokens
+    // routed to its expert). Decodes each block once for several tokens where that is faster
+    // than m calls of `dot`; same float32 accumulation and tolerance as `dot`.
+    void (*dot_multi)(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
 
     int64_t row_bytes(int64_t n) const { return n / block_values * block_bytes; }
 };
