@@ -1,4 +1,4 @@
-"""The `ftw` command: convert, inspect, verify, check.
+"""The `ftw` command: convert, inspect, verify, check, plan.
 
 Commands are thin: they parse options, call the library, and render what it returns as a
 rich table or, with --json, as JSON on stdout. Any FtwError ends the command with one line
@@ -247,6 +247,82 @@ def check(src, file, experts, threads, as_json) -> None:
         bad = [p for r in report.layers.values() for p in (f"layer {r.layer}: {x}" for x in r.problems)]
         raise FtwError(f"{file}: {len(bad) + len(report.problems)} mismatch(es) with {src}; first: "
                        f"{(bad + report.problems)[0]}")
+
+
+# -- plan ---------------------------------------------------------------------------------
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+@click.option("--gpu-mem", help="GPU memory for the pools, staging and slot tables, e.g. 40GiB.")
+@click.option("--slots", "slots_text", help="Or: cache slots over all pools, a count or a share of all experts (10%).")
+@click.option("--decode-batch", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Decode batch every pool must hold (0: the largest the budget allows).")
+@click.option("--prefill-chunk", type=click.IntRange(min=0), default=2048, show_default=True,
+              help="Tokens per prefill chunk (0: no staging region).")
+@click.option("--staging-experts", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Experts of the widest format per staging half.")
+@click.option("--experts", "E", type=click.IntRange(min=1), help="Model by flags: experts per layer (E).")
+@click.option("--hidden", "H", type=click.IntRange(min=1), help="Model by flags: hidden size (H).")
+@click.option("--intermediate", "I", type=click.IntRange(min=1), help="Model by flags: expert intermediate size (I).")
+@click.option("--top-k", type=click.IntRange(min=1), help="Routed experts per token (a FILE's own by default).")
+@click.option("--layers", "num_layers", type=click.IntRange(min=1), help="Model by flags: MoE layers.")
+@click.option("--format", "formats", multiple=True,
+              help="Model by flags: FMT (the default), FMT:LAYERS or FMT{json options}:LAYERS; repeatable.")
+@click.option("--json", "as_json", is_flag=True)
+def plan(file, gpu_mem, slots_text, decode_batch, prefill_chunk, staging_experts, E, H, I, top_k,  # noqa: E741
+         num_layers, formats, as_json) -> None:
+    """Size the GPU slot pools before serving: per format, the slots, the share of experts
+    cached, the decode batch each pool holds, and the prefill staging region; or the minimum
+    budget that would fit. Takes an FTW FILE (header only) or a model given by flags."""
+    from ftw.runtime import pools
+
+    if (gpu_mem is None) == (slots_text is None):
+        raise FtwError("plan: give one budget, --gpu-mem SIZE or --slots N")
+    budget = {"gpu_mem": gpu_mem, "decode_batch": decode_batch, "prefill_chunk": prefill_chunk,
+              "staging_experts": staging_experts}
+    if file is not None:
+        if any(x is not None for x in (E, H, I, num_layers)) or formats:
+            raise FtwError("plan: give a FILE or a model by flags, not both")
+        if slots_text is not None:
+            import ftw
+
+            with ftw.open(file) as f:
+                total = sum(next(iter(b.values())).num_experts for b in f.layers.values())
+            budget["slots"] = pools.parse_slots(slots_text, total)
+        p = pools.plan_file(file, top_k=top_k, **budget)
+    else:
+        missing = [n for n, v in (("--experts", E), ("--hidden", H), ("--intermediate", I), ("--top-k", top_k),
+                                  ("--layers", num_layers)) if v is None] + ([] if formats else ["--format"])
+        if missing:
+            raise FtwError(f"plan: without a FILE, the model needs {', '.join(missing)}")
+        layer_formats = pools.parse_format_specs(formats, num_layers)
+        if slots_text is not None:
+            budget["slots"] = pools.parse_slots(slots_text, num_layers * E)
+        p = pools.plan_model(E, top_k, H, I, layer_formats, **budget)
+    if as_json:
+        emit_json(p)
+        return
+    render_plan(p)
+
+
+def render_plan(p: dict) -> None:
+    any_b = "any"
+    dims = f"H={p['hidden_size']} I={p['intermediate_size']} " if "hidden_size" in p else ""
+    out.print(f"[bold]slot pools[/]: {dims}E={p['num_experts']} top_k={p['top_k']}, "
+              f"decode batch {any_b if p['decode_batch'] < 0 else p['decode_batch']} in every pool, "
+              f"prefill chunk {p['prefill_chunk']}")
+    t = Table(title="Pools (one per format)", title_justify="left")
+    for c in ("format", "layers", "count", "bytes/expert", "slots", "cached", "pool bytes", "decode batch",
+              "staged/pass"):
+        t.add_column(c, justify="left" if c in ("format", "layers") else "right")
+    for q in p["pools"]:
+        t.add_row(lit(q["format"]), format_layers(q["layers"]), str(len(q["layers"])), human(q["expert_bytes"]),
+                  str(q["slots"]), f"{100 * q['share']:.1f}%", human(q["bytes"]),
+                  any_b if q["decode_batch"] < 0 else str(q["decode_batch"]), str(q["staging_group"]))
+    out.print(t)
+    out.print(f"staging: {human(p['staging_bytes'])} (two halves, its own region, shared by the pools); "
+              f"slot tables {human(p['table_bytes'])}; total {human(p['total_bytes'])} for "
+              f"{p['total_slots']} slots")
+    out.print(f"minimum for this decode batch: {p['min_slots']} slots, {human(p['min_gpu_mem'])}")
 
 
 def one_line(text: str) -> str:

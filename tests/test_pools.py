@@ -375,3 +375,72 @@ def test_bad_input_is_one_clear_error(rng):
         SlotPools(banks, slots=44, top_k=TOP_K, decode_batch=2)
     with pytest.raises(CapacityError, match="minimum is"):
         SlotPools(make_banks(rng), slots=10, top_k=TOP_K, decode_batch=2)
+
+
+# -- a real file: the loader's banks, `ftw plan` -------------------------------------------
+
+
+def test_pools_over_a_loaded_file(tmp_path, rng):
+    import ftw
+    import helpers_container as hc
+
+    path = tmp_path / "m.ftw"
+    hc.write_sample(path, rng)
+    banks = ftw.load_expert_banks(path)
+    pools = SlotPools(banks, slots=2 * hc.E, decode_batch=1)  # top_k from the file's model
+    assert [q["format"] for q in pools.plan["pools"]] == ["bf16", "nvfp4"]
+    nv = pools.plan["pools"][1]
+    for k, name in enumerate(pools.bank_names):  # the bias banks are bf16's alone
+        assert (nv["row_bytes"][k] == 0) == (name in ("gate_up_bias", "down_bias"))
+    for step in range(30):
+        pools.decode_step({1: rng.integers(0, hc.E, 2), 3: rng.integers(0, hc.E, 2)})
+    assert check_bytes_loaded(pools, banks) > 0
+
+
+def check_bytes_loaded(pools, banks) -> int:
+    n = 0
+    for layer, fmt in banks.layer_formats.items():
+        view = pools.view(layer)
+        for e in range(banks.num_experts):
+            s = pools.slot_of(layer, e)
+            if s < 0:
+                continue
+            for j, name in enumerate(fmt.format.bank_names):
+                host = banks.banks[name][layer][e] if name in banks.banks else np.empty(0)
+                if host.nbytes == 0:
+                    assert view.bank_base[j] == 0
+                    continue
+                assert ctypes.string_at(view.bank_base[j] + s * view.row_bytes[j], host.nbytes) == host.tobytes()
+                n += 1
+    return n
+
+
+def test_plan_command(tmp_path, rng):
+    import json
+
+    from click.testing import CliRunner
+
+    import helpers_container as hc
+    from ftw.cli import cli
+
+    path = tmp_path / "m.ftw"
+    hc.write_sample(path, rng)
+    r = CliRunner().invoke(cli, ["plan", str(path), "--slots", "50%", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    assert [q["slots"] for q in p["pools"]] == [hc.E // 2, hc.E // 2]  # 50% of 2 layers x E, equal shares
+    assert p["top_k"] == 2
+    flags = ["--experts", "128", "--hidden", "7168", "--intermediate", "2048", "--top-k", "8", "--layers", "60",
+             "--format", "nvfp4", "--format", "bf16:0,59"]
+    r = CliRunner().invoke(cli, ["plan", *flags, "--slots", "10%", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    assert [(q["format"], q["slots"], q["decode_batch"]) for q in p["pools"]] == [("bf16", 128, -1), ("nvfp4", 640, -1)]
+    r = CliRunner().invoke(cli, ["plan", *flags, "--gpu-mem", "40GiB"])
+    assert r.exit_code == 0 and "nvfp4" in r.output and "staging" in r.output
+    r = CliRunner().invoke(cli, ["plan", *flags, "--gpu-mem", "1GiB"])
+    assert r.exit_code != 0 and "minimum is" in str(r.exception)
+    no_default = [f for f in flags if f != "nvfp4"]
+    no_default.remove("--format")
+    r = CliRunner().invoke(cli, ["plan", *no_default, "--slots", "10%"])
+    assert "layer 1 has no format" in str(r.exception)

@@ -348,3 +348,49 @@ class SlotPools:
 
 
 __all__ = ["CapacityError", "SlotPools", "LayerView", "plan_model", "plan_file", "parse_size", "format_row_bytes"]
+
+
+def parse_format_specs(specs: Sequence[str], num_layers: int) -> dict[int, LayerFormat]:
+    """`ftw plan` model flags: 'nvfp4' (every layer not named elsewhere), 'bf16:0,59',
+    'gguf{"gate_up_type":"Q4_K","down_type":"Q6_K"}:3-5' -> {layer: LayerFormat}."""
+    import json
+
+    from ..layer_ranges import parse_layers
+
+    out: dict[int, LayerFormat] = {}
+    default: LayerFormat | None = None
+    for text in specs:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_]+)\s*(\{.*\})?\s*(?::\s*(.+))?", text)
+        if not m:
+            raise FtwError(f"--format {text!r}: expected NAME, NAME:LAYERS or NAME{{json options}}:LAYERS")
+        try:
+            options = json.loads(m.group(2)) if m.group(2) else {}
+        except json.JSONDecodeError as e:
+            raise FtwError(f"--format {text!r}: options are not JSON ({e.msg})") from None
+        fmt = LayerFormat.of(m.group(1), options, where=f"--format {text!r}")
+        if m.group(3) is None:
+            if default is not None:
+                raise FtwError(f"--format {text!r}: only one format may go without layers (the default)")
+            default = fmt
+            continue
+        for layer in parse_layers(m.group(3), num_layers) or []:
+            if layer in out:
+                raise FtwError(f"--format {text!r}: layer {layer} already has format {out[layer].key()}")
+            out[layer] = fmt
+    for layer in range(num_layers):
+        if layer not in out:
+            if default is None:
+                raise FtwError(f"--format: layer {layer} has no format (give one without layers as the default)")
+            out[layer] = default
+    return out
+
+
+def parse_slots(text: str, total_experts: int) -> int:
+    """'768' or '10%' (of all experts, by count) -> slots."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            return int(float(t[:-1]) / 100 * total_experts)
+        return int(t)
+    except ValueError:
+        raise FtwError(f"--slots {text!r}: expected a count or a share like 10%") from None
