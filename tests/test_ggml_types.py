@@ -11,6 +11,8 @@ magnitude per row. References:
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -142,10 +144,26 @@ def test_matmul_several_tokens(name):
         assert (err <= DOT_RTOL * np.abs(terms).sum(-1)).all(), f"{name} tokens={tokens} seed {seed}: {err.max()}"
 
 
+PORTABLE_MODE = os.environ.get("FTW_GGML_PORTABLE", "0") not in ("", "0")
+
+
 def test_simd_kernels_are_used_where_the_cpu_has_avx2():
     flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
-    if "avx2" in flags and "fma" in flags:
+    if PORTABLE_MODE:
+        assert not _runtime.ggml_simd_active()
+    elif "avx2" in flags and "fma" in flags:
         assert _runtime.ggml_simd_active()
+
+
+@pytest.mark.skipif(PORTABLE_MODE or not _runtime.ggml_simd_active(), reason="already portable")
+def test_portable_kernels_everywhere():
+    """FTW_GGML_PORTABLE=1 turns the SIMD kernels off (dot_multi's portable decode-once path
+    included): the same dot and matmul tests pass there."""
+    env = dict(os.environ, FTW_GGML_PORTABLE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__, "-k", "dot or matmul or simd"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_unknown_type_refused():

@@ -27,7 +27,7 @@ struct TypeTraits {
     float (*dot_portable)(const uint8_t* row, const float* x, int64_t n);
     // out[t] = dot(row, x + t * ldx, n) for t < m (prefill: one weight row times the m tokens
     // routed to its expert). Decodes each block once for several tokens where that is faster
-    // than m calls of `dot`; same float32 accumulation and tolerance as `dot`.
+    // than m calls of `dot` (256-value blocks from 8 tokens on); float32 accumulation as `dot`.
     void (*dot_multi)(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
 
     int64_t row_bytes(int64_t n) const { return n / block_values * block_bytes; }
@@ -46,7 +46,8 @@ const TypeTraits& lookup(std::string_view name);
 // the block size); `what` names the row in the message.
 void check_row(const TypeTraits& t, int64_t n, int64_t nbytes, std::string_view what);
 
-// Whether `dot` uses SIMD kernels in this process (AVX2+FMA found at run time).
+// Whether `dot` uses SIMD kernels in this process (AVX2+FMA found at run time, and the
+// environment variable FTW_GGML_PORTABLE unset or 0).
 bool simd_active();
 
 }  // namespace ftw::ggml
