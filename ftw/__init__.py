@@ -25,12 +25,12 @@ from .errors import (
     SourceError,
     UnsupportedError,
 )
-from .formats import FORMATS, LayerFormat, ModelShape
+from .formats import FORMATS, Activation, LayerFormat, ModelShape, get_format
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "open", "FtwFile", "BankInfo", "LayerFormat", "ModelShape", "FORMATS",
+    "open", "FtwFile", "BankInfo", "LayerFormat", "ModelShape", "Activation", "FORMATS", "get_format",
     "FtwError", "FormatError", "ChecksumError", "SourceError", "UnsupportedError",
     "DestinationExistsError", "MergeError", "load_expert_banks", "merge_expert_banks",
 ]

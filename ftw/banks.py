@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +54,34 @@ class LayerBanks:
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.banks.values())
+
+    @classmethod
+    def build(cls, layer: int, fmt: LayerFormat, H: int, I: int, E: int,  # noqa: E741
+              rows: Mapping[str, RowPieces], dtypes: Mapping[str, str] | None = None) -> "LayerBanks":
+        """A layer's banks with dtypes and row shapes from its format: a reader says only
+        where each bank's rows come from (and a dtype where the format allows several)."""
+        specs = fmt.banks(H, I)
+        banks = {}
+        for name, row in rows.items():
+            s = specs.get(name)
+            dtype = (dtypes or {}).get(name, s.dtypes[0] if s else "u8")
+            banks[name] = BankSource(dtype, s.row_shape if s else (0,), E, row)
+        out = cls(layer, fmt, banks)
+        out.check(H, I, f"layer {layer}")
+        return out
+
+    def dims(self) -> tuple[int, int]:
+        """(H, I) as the banks' row shapes give them."""
+        return self.format.format.infer_dims({n: b.row_shape for n, b in self.banks.items()}, self.format.options)
+
+    def decode_expert(self, e: int) -> dict[str, np.ndarray]:
+        """Expert e's float64 weights through the format's reference decoder."""
+        return self.format.decode({n: b.row_array(e) for n, b in self.banks.items()}, *self.dims())
+
+    def check(self, H: int, I: int, where: str) -> None:  # noqa: E741
+        """Every bank against the format: FormatError naming the layer and bank."""
+        shapes = {n: (b.dtype, b.row_shape) for n, b in self.banks.items()}
+        self.format.format.check_banks(shapes, H, I, self.format.options, where)
 
 
 @dataclass

@@ -15,7 +15,6 @@ from typing import Callable
 import numpy as np
 
 from .container import FtwFile
-from .dequant import dequantize_expert
 from .errors import FtwError, UnsupportedError
 from .mapped import release_pages
 
@@ -127,9 +126,10 @@ def step_dequant(ctx: CheckContext) -> None:
             continue
         fmt = lb.format
         num_experts = next(iter(lb.banks.values())).num_experts
+        H, I = ctx.reader.model.hidden_size, ctx.reader.model.intermediate_size(layer)
         for e in sample_experts(num_experts, ctx.experts):
             try:
-                ours = dequantize_expert(fmt, {n: f.expert_row(layer, n, e) for n in lb.banks})
+                ours = f.decode_expert(layer, e)
             except UnsupportedError as err:
                 r.notes.append(f"not dequantized: {err}")  # the bytes were still compared
                 break
@@ -137,7 +137,7 @@ def step_dequant(ctx: CheckContext) -> None:
             # the source tensors), else the source's canonical rows through the same decoder
             theirs = reference(layer, e) if reference else None
             if theirs is None:
-                theirs = dequantize_expert(fmt, {n: b.row_array(e) for n, b in lb.banks.items()})
+                theirs = fmt.decode({n: b.row_array(e) for n, b in lb.banks.items()}, H, I)
             if set(ours) != set(theirs):
                 r.problems.append(f"expert {e}: decodes to {sorted(ours)} here, {sorted(theirs)} in the source")
                 break

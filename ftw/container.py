@@ -115,12 +115,12 @@ class _Index:
         if not isinstance(dt, str) or dt not in spec.DTYPES:  # a list or object is unhashable
             raise self.fail(where, f"unknown dtype {dt!r}")
         shape = d.get("shape")
-        if not isinstance(shape, list) or len(shape) > 8:
-            raise self.fail(where, "shape must be a list of at most 8 dimensions")
+        if not isinstance(shape, list) or len(shape) > spec.MAX_DIMS:
+            raise self.fail(where, f"shape must be a list of at most {spec.MAX_DIMS} dimensions")
         dims = tuple(self.int(x, where + ".shape") for x in shape)
-        # numpy cannot even describe a larger array, empty or not (a zero dim does not help)
-        if prod(max(x, 1) for x in dims) * spec.DTYPES[dt].itemsize >= 1 << 63:
-            raise self.fail(where, f"shape {list(dims)} is too large for any array")
+        problem = spec.shape_problem(dims, spec.DTYPES[dt].itemsize)
+        if problem:
+            raise self.fail(where, problem)
         return dt, dims
 
     def check_overlaps(self) -> None:
@@ -205,7 +205,7 @@ class FtwFile:
         if xxhash.xxh3_64_intdigest(raw) != index_hash:
             raise ChecksumError(f"{self.path}: index checksum mismatch")
         try:
-            index = json.loads(raw.decode("utf-8"))
+            index = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise FormatError(f"{self.path}: index is not valid JSON: {e}") from None
         self._parse(index, _Index(self.path, offset))
@@ -216,11 +216,14 @@ class FtwFile:
         if index.get("model") is not None:
             self.model = ModelShape.from_json(index["model"], f"{self.path}: index model")
         self.provenance = index.get("provenance") if isinstance(index.get("provenance"), dict) else {}
+        self.selection = Selection.from_json(index.get("selection"), f"{self.path}: index selection")
 
         formats = v.obj(index.get("layer_quant_formats", {}), "layer_quant_formats")
         layers = v.obj(index.get("layers", {}), "layers")
         self.layer_formats: dict[int, LayerFormat] = {}
         self.layers: dict[int, dict[str, BankInfo]] = {}
+        if len(layers) > spec.MAX_LAYERS:  # fail fast: 300,000 layers would take minutes to parse
+            raise v.fail("layers", f"{len(layers)} layers, past the format's limit of {spec.MAX_LAYERS} (FORMAT.md 1.1)")
         for key, entry in layers.items():
             where = f"layers.{key}"
             layer = _layer_id(key, v, where)
@@ -260,6 +263,8 @@ class FtwFile:
         dt, shape = v.dtype_shape(d, where)
         if not shape:
             raise v.fail(where, "a bank's shape starts with the expert count")
+        if shape[0] > spec.MAX_EXPERTS:
+            raise v.fail(where, f"{shape[0]} experts, past the format's limit of {spec.MAX_EXPERTS} (FORMAT.md 1.1)")
         codec = d.get("codec")
         if not isinstance(codec, str) or codec not in spec.CODECS:
             raise v.fail(where, f"unknown codec {codec!r}")
@@ -278,8 +283,14 @@ class FtwFile:
         return dataclasses.replace(info, row_table=table)
 
     # -- data ---------------------------------------------------------------------------
+    def _fd_open(self) -> int:
+        if self._fd < 0:
+            raise FtwError(f"{self.path}: the file is closed")
+        return self._fd
+
     @property
     def mm(self) -> mmap.mmap:
+        self._fd_open()
         if self._mm is None:
             self._mm = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
         return self._mm
@@ -294,8 +305,9 @@ class FtwFile:
         end = offset + len(view)
         if offset < 0 or end > self.size:
             raise FormatError(f"{self.path}: read of [{offset}, {end}) past the end of the file")
+        fd = self._fd_open()
         while view:
-            n = os.preadv(self._fd, [view], offset)
+            n = os.preadv(fd, [view], offset)
             if n <= 0:
                 raise FormatError(f"{self.path}: file shrank while reading at offset {offset}")
             view, offset = view[n:], offset + n
@@ -310,6 +322,39 @@ class FtwFile:
                 f"{self.path}: layer {layer} ({self.layer_formats[layer]}) has no bank {name!r} "
                 f"(has {sorted(self.layers[layer])})"
             ) from None
+
+    def layer_dims(self, layer: int) -> tuple[int, int]:
+        """(H, I) of a layer: from the model, or, in a file whose index has no model, from the
+        layer's own bank shapes as its format lays them out (docs/FORMAT.md)."""
+        if self.model is not None:
+            return self.model.hidden_size, self.model.intermediate_size(layer)
+        fmt = self.layer_formats[layer]
+        shapes = {n: b.row_shape for n, b in self.bank_info_of(layer).items()}
+        try:
+            return fmt.format.infer_dims(shapes, fmt.options)
+        except (KeyError, IndexError, ZeroDivisionError):
+            raise FormatError(f"{self.path}: layer {layer} ({fmt}): banks {sorted(shapes)} do not give H and I") from None
+
+    def bank_info_of(self, layer: int) -> dict[str, BankInfo]:
+        if layer not in self.layers:
+            raise FtwError(f"{self.path}: no MoE layer {layer} (has {sorted(self.layers)})")
+        return self.layers[layer]
+
+    def check_layer(self, layer: int) -> None:
+        """The layer's banks against its format (names, dtypes, row shapes): FormatError naming
+        the layer and bank; UnsupportedError for a format this ftw does not know. A file opens
+        without this; decoding, loading for a runtime, checking and verifying run it."""
+        fmt = self.layer_formats[layer]
+        H, I = self.layer_dims(layer)
+        shapes = {n: (b.dtype, b.row_shape) for n, b in self.bank_info_of(layer).items()}
+        fmt.format.check_banks(shapes, H, I, fmt.options, f"{self.path}: layer {layer} ({fmt})", reading=True)
+
+    def decode_expert(self, layer: int, expert: int) -> dict[str, np.ndarray]:
+        """One expert's float64 weights through its format's reference decoder."""
+        self.check_layer(layer)
+        H, I = self.layer_dims(layer)
+        rows = {n: self.expert_row(layer, n, expert) for n in self.layers[layer]}
+        return self.layer_formats[layer].decode(rows, H, I)
 
     def bank(self, layer: int, name: str) -> np.ndarray:
         """[E, *row_shape]: a zero-copy view of the map for raw banks, decompressed otherwise."""
@@ -347,33 +392,47 @@ class FtwFile:
             start = info.blob.offset + expert * info.row_nbytes
             dst[:] = np.frombuffer(self.mm, np.uint8, info.row_nbytes, start)
             return
+        if info.codec == spec.ZSTD_BYTESPLIT:
+            planes = np.empty(info.row_nbytes, np.uint8)  # the planes must be interleaved anyway
+            self.decode_frame(info, expert, planes)
+            _join_planes(planes, spec.DTYPES[info.dtype].itemsize, dst)
+        else:
+            self.decode_frame(info, expert, dst)  # straight into the destination: no extra copy
+
+    def decode_frame(self, info: BankInfo, expert: int, dst: np.ndarray) -> None:
+        """Prove expert's slot is exactly one zstd frame declaring row_nbytes (checked before
+        anything is decoded) and decode it into dst (u8, row_nbytes, contiguous); FormatError
+        naming the row otherwise (docs/FORMAT.md, rule 14)."""
         import zstandard
 
         where = f"{self.path}: layer {info.layer} bank {info.name} expert {expert}"
         frame = self.row_frame(info, expert)
         try:
-            # decompress() allocates what the frame header claims: check the claim first
             declared = zstandard.frame_content_size(frame)
             stored = _zstd_frame_nbytes(frame)
         except (zstandard.ZstdError, ValueError) as e:
             raise FormatError(f"{where}: corrupt zstd frame header ({e})") from None
         if stored != len(frame):
-            # decompress() would silently ignore what follows the frame (even a second one)
+            # a decoder would silently ignore what follows the frame (even a second one)
             raise FormatError(f"{where}: the row's {len(frame)} bytes hold a {stored}-byte zstd frame")
         if declared != info.row_nbytes:
             raise FormatError(
                 f"{where}: zstd frame declares {declared} bytes, the row has {info.row_nbytes}"
             )
+        view, got = memoryview(dst), 0
         try:
-            raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=info.row_nbytes)
+            with zstandard.ZstdDecompressor().stream_reader(frame, read_across_frames=False) as r:
+                while got < len(view):
+                    n = r.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                more = r.read(1)  # runs the frame to its end: its checksum, bytes beyond the size
         except zstandard.ZstdError as e:
             raise FormatError(f"{where}: corrupt zstd frame ({e})") from None
-        if len(raw) != info.row_nbytes:
-            raise FormatError(f"{where}: row decodes to {len(raw)} bytes, expected {info.row_nbytes}")
-        if info.codec == spec.ZSTD_BYTESPLIT:
-            _join_planes(np.frombuffer(raw, np.uint8), spec.DTYPES[info.dtype].itemsize, dst)
-        else:
-            dst[:] = np.frombuffer(raw, np.uint8)
+        if got != info.row_nbytes or more:
+            raise FormatError(f"{where}: row decodes to {'more than ' if more else ''}{got} bytes, "
+                              f"expected {info.row_nbytes}")
 
     def _row_table(self, info: BankInfo) -> np.ndarray:
         key = (info.layer, info.name)
@@ -432,16 +491,35 @@ class FtwFile:
             return None if h.hexdigest() == blob.xxh3 else label
 
         self.mm  # map before the threads start: each would otherwise race to map the file
-        with ThreadPoolExecutor(threads or min(4, os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(thread_count(threads, 4)) as pool:
             for label in pool.map(check, items):
                 if label is not None:
                     pool.shutdown(cancel_futures=True)  # the rest of the file needs no hashing
                     raise ChecksumError(f"{self.path}: {label}: checksum mismatch (data corrupt)")
-        for banks in self.layers.values():
-            for b in banks.values():
-                if b.row_table is not None:
-                    self._row_table(b)
+            # then every compressed row, on the same threads: exactly one frame that decodes
+            # to the declared size (rule 14), not only when someone reads it later
+            compressed = [b for banks in self.layers.values() for b in banks.values() if b.row_table is not None]
+            tasks = []
+            for b in compressed:
+                self._row_table(b)  # checked (and cached) here, not raced for by the threads
+                step = max(1, FRAME_TASK_NBYTES // max(b.row_nbytes, 1))
+                tasks += [(b, lo, min(lo + step, b.num_experts)) for lo in range(0, b.num_experts, step)]
+            try:
+                for _ in pool.map(self._decode_rows, tasks):
+                    pass
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+        for layer, fmt in self.layer_formats.items():
+            if fmt.known:  # a newer writer's format opens and verifies; computing it refuses
+                self.check_layer(layer)
         return sum(b.nbytes for _, b in items)
+
+    def _decode_rows(self, task: tuple[BankInfo, int, int]) -> None:
+        info, lo, hi = task
+        scratch = np.empty(info.row_nbytes, np.uint8)
+        for e in range(lo, hi):
+            self.decode_frame(info, e, scratch)
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
@@ -463,6 +541,17 @@ class FtwFile:
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+FRAME_TASK_NBYTES = 32 << 20  # decoded bytes per verify task: spreads a big bank over threads
+
+
+def thread_count(threads: int | None, default: int) -> int:
+    """A thread count as callers give it: None for the default (capped by the cores), else
+    an int >= 1; anything else is an FtwError, not ThreadPoolExecutor's ValueError."""
+    if threads is None:
+        return min(default, os.cpu_count() or 1)
+    if type(threads) is not int or threads < 1:
+        raise FtwError(f"threads must be an integer >= 1, got {threads!r:.40}")
+    return threads
 
 
 def _zstd_frame_nbytes(frame: memoryview) -> int:
@@ -503,11 +592,50 @@ def _join_planes(planes: np.ndarray, itemsize: int, dst: np.ndarray) -> None:
 _HEX16 = re.compile("[0-9a-f]{16}")
 
 
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """What part of the source a conversion took (`--layers`, `--experts-only`).
+
+    The layers in the file are the keys of the index's `layers`; `layers` here is what was
+    asked for (None: every MoE layer of the model), and `experts_only` says whether the
+    non-expert tensors were left out. Files without the record hold the whole source."""
+
+    layers: tuple[int, ...] | None = None
+    experts_only: bool = False
+
+    @property
+    def partial(self) -> bool:
+        return self.layers is not None or self.experts_only
+
+    def to_json(self) -> dict:
+        return {"layers": None if self.layers is None else list(self.layers), "experts_only": self.experts_only}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> "Selection":
+        if obj is None:
+            return cls()
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: must be an object")
+        layers, experts_only = obj.get("layers"), obj.get("experts_only", False)
+        if layers is not None and not (isinstance(layers, list) and all(type(x) is int and x >= 0 for x in layers)):
+            raise FormatError(f"{where}: layers must be null or a list of layer indices")
+        if type(experts_only) is not bool:
+            raise FormatError(f"{where}: experts_only must be true or false")
+        return cls(None if layers is None else tuple(layers), experts_only)
+
+
 def _layer_id(key: str, v: _Index, where: str) -> int:
     # str.isdigit() also takes "²" and Arabic-Indic digits, and "03" would alias "3"
-    if not (key.isascii() and key.isdigit() and len(key) <= 9) or key != str(int(key)):
+    layer = spec.decimal_index(key)
+    if layer is None:
         raise v.fail(where, "layer keys are decimal layer indices without leading zeros")
-    return int(key)
+    if layer >= spec.MAX_LAYERS:
+        raise v.fail(where, f"layer index {layer} is past the format's limit ({spec.MAX_LAYERS} layers, FORMAT.md 1.1)")
+    return layer
 
 
 def open(path: str | os.PathLike) -> FtwFile:  # noqa: A001 - mirrors the builtin, as gguf/safetensors do

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from . import spec
-from .container import BankInfo, FtwFile
+from .container import BankInfo, FtwFile, thread_count
 from .errors import FtwError, MergeError
 from .formats import LayerFormat, ModelShape
 
@@ -202,7 +202,7 @@ def load_expert_banks(
             by_format[f.layer_formats[layer]].append(layer)
         alloc = _Allocator(pin)
         f.mm  # map before the threads start: each would otherwise race to map the file
-        with ThreadPoolExecutor(threads or min(8, os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(thread_count(threads, 8)) as pool:
             try:
                 parts = [_load_format(f, fmt, ls, alloc, pool, progress or (lambda n: None))
                          for fmt, ls in by_format.items()]

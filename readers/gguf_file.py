@@ -15,10 +15,10 @@ from math import prod
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ftw import mapped
 from ftw.errors import SourceError, UnsupportedError
+from ftw.formats.ggml_types import FLOAT_DTYPES, GgmlType, ggml_type, known_types  # noqa: F401 (re-exported)
 
 from .base import open_regular
 
@@ -26,48 +26,6 @@ MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 8  # arrays of arrays: llama.cpp writes none; 2,000 levels would exhaust the stack
-
-# ggml's block_q8_1 is {half d, half s, int8 qs[32]} = 36 bytes; gguf 0.19's table says 40.
-# Q8_1 is a vec-dot scratch type llama.cpp never writes, but if a file holds one, ggml's size
-# is the one the bytes follow.
-_SIZE_FIXES = {GGMLQuantizationType.Q8_1: (32, 36)}
-
-# ggml types whose values numpy can view directly, and the ftw dtype a carried tensor gets
-FLOAT_DTYPES = {"F32": "f32", "F16": "f16", "BF16": "bf16", "F64": "f64",
-                "I8": "i8", "I16": "i16", "I32": "i32", "I64": "i64"}
-
-
-@dataclass(frozen=True)
-class GgmlType:
-    id: int
-    name: str
-    block: int  # values per block
-    nbytes: int  # bytes per block
-
-    @property
-    def quantized(self) -> bool:
-        return self.name not in FLOAT_DTYPES
-
-    def row_nbytes(self, n: int) -> int:
-        return n // self.block * self.nbytes
-
-
-def ggml_type(type_id: int, where: str) -> GgmlType:
-    """The ggml type of an id, refused with the tensor's name when the gguf package lacks it."""
-    try:
-        t = GGMLQuantizationType(type_id)
-        block, nbytes = _SIZE_FIXES.get(t, GGML_QUANT_SIZES[t])
-    except (ValueError, KeyError):
-        raise UnsupportedError(
-            f"{where}: ggml type id {type_id} is unknown to the installed gguf package "
-            f"(a newer llama.cpp type such as Q2_0 = 42?); upgrade gguf to read it"
-        ) from None
-    return GgmlType(type_id, t.name, block, nbytes)
-
-
-def known_types() -> list[GgmlType]:
-    return [ggml_type(t.value, "") for t in GGMLQuantizationType if t in GGML_QUANT_SIZES]
-
 
 # GGUF value types
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
@@ -196,7 +154,7 @@ class GGUFFile:
             if self.size < 24:
                 raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
             self._parse(_Cursor(fd, self.size, path))
-            self._mm = mapped.FileMap(fd)  # lets the writer copy rows in the kernel
+            self._mm = mapped.FileMap(fd, path)  # lets the writer copy rows in the kernel
         finally:
             os.close(fd)
         self.data = np.frombuffer(self._mm, dtype=np.uint8)

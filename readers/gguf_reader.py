@@ -17,18 +17,21 @@ looking for them.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Iterable
 
 import numpy as np
 
-from ftw.banks import BankSource, LayerBanks, SourceTensor
+from ftw.banks import LayerBanks, RowPieces, SourceTensor
 from ftw.errors import SourceError, UnsupportedError
-from ftw.formats import LayerFormat, ModelShape
-from ftw.spec import numpy_dtype
+from ftw.formats import Activation, LayerFormat, ModelShape
+from ftw import spec
+from ftw.spec import decimal_index, numpy_dtype
 
 from .base import CheckpointReader, register_opener
+from .families.base import MAX_DIM, short
 from .gguf_file import FLOAT_DTYPES, KV, GGUFFile, TensorInfo, tensorless_gguf
 
 ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "gpt-oss", "deepseek2", "glm4moe", "glm-dsa",
@@ -37,15 +40,24 @@ METADATA_ATTACHMENT = "gguf_metadata.gguf"
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 # llama.cpp hard-codes gpt-oss's clamped SwiGLU (llm_build_openai_moe_iswa): no metadata key
-GPT_OSS_SWIGLU = {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+GPT_OSS_ACTIVATION = Activation("swiglu_oai", alpha=1.702, limit=7.0)  # fixed in llama.cpp's gpt-oss graph
 BIAS_DTYPES = {"F32": "f32", "F16": "f16"}
+
+
+def _whole(v) -> int | None:
+    """A GGUF integer value as an int; None for anything else (a string, a float, an array)."""
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    return v if type(v) is int else None
 
 
 def _shard_paths(path: str) -> list[str]:
     m = SPLIT_RE.match(os.path.basename(path))
     if not m:
         return [path]
-    count = int(m["count"])
+    count, no = int(m["count"]), int(m["no"])
+    if not 1 <= no <= count:
+        raise SourceError(f"{path}: the name says shard {no} of {count}: no such shard of a split GGUF")
     folder = os.path.dirname(path)
     paths = [os.path.join(folder, f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     for p in paths:
@@ -103,18 +115,18 @@ class GgufReader(CheckpointReader):
         if len(self._files) == 1 and "split.count" not in first.kv:
             return
         count = first.kv.get("split.count")
-        if count is None or int(count.value) != len(self._files):
+        if count is None or _whole(count.value) != len(self._files):
             raise SourceError(
                 f"{first.path}: split.count is {count and count.value}, but the file name says "
                 f"{len(self._files)} shards"
             )
         for i, f in enumerate(self._files):
             no = f.kv.get("split.no")
-            if no is None or int(no.value) != i:
+            if no is None or _whole(no.value) != i:
                 raise SourceError(f"{f.path}: split.no is {no and no.value}, expected {i}")
         total = first.kv.get("split.tensors.count")
         have = sum(len(f.tensors) for f in self._files)
-        if total is not None and int(total.value) != have:
+        if total is not None and _whole(total.value) != have:
             raise SourceError(f"{first.path}: split.tensors.count says {total.value} tensors, the shards hold {have}")
 
     def _get(self, key: str, required: bool = True):
@@ -131,13 +143,14 @@ class GgufReader(CheckpointReader):
             raise SourceError(f"{self.path}: metadata key {key} must be a string, got {v!r:.60}")
         return v
 
-    def _int(self, key: str, default: int | None = None) -> int:
+    def _int(self, key: str, default: int | None = None, lo: int = 0, hi: int = MAX_DIM) -> int:
         v = self._get(key, required=default is None)
         if v is None:
             return default  # type: ignore[return-value]
-        if isinstance(v, (bool, float, str, list, np.ndarray)) or v < 0:
-            raise SourceError(f"{self.path}: metadata key {key} must be a non-negative integer, got {v!r:.60}")
-        return int(v)
+        n = _whole(v)
+        if n is None or not lo <= n <= hi:
+            raise SourceError(f"{self.path}: metadata key {key} must be an integer in [{lo}, {hi}], got {short(v)}")
+        return n
 
     def _read_shape(self) -> ModelShape:
         a = self.arch
@@ -146,12 +159,14 @@ class GgufReader(CheckpointReader):
                 f"{self.path}: architecture {a!r} has no {a}.expert_count: not a MoE model "
                 f"(supported: {', '.join(ARCHS)})"
             )
-        H = self._int(f"{a}.embedding_length")
-        E = self._int(f"{a}.expert_count")
-        top_k = self._int(f"{a}.expert_used_count")
-        n_layers = self._int(f"{a}.block_count")
-        lead = self._int(f"{a}.leading_dense_block_count", 0)
-        nextn = self._int(f"{a}.nextn_predict_layers", 0)
+        H = self._int(f"{a}.embedding_length", lo=1)
+        E = self._int(f"{a}.expert_count", lo=1, hi=spec.MAX_EXPERTS)
+        top_k = self._int(f"{a}.expert_used_count", hi=E)
+        # bounded before anything is sized by them (2**62 blocks would be a MemoryError)
+        n_layers = self._int(f"{a}.block_count", hi=spec.MAX_LAYERS)
+        lead = self._int(f"{a}.leading_dense_block_count", 0, hi=n_layers)
+        nextn = self._int(f"{a}.nextn_predict_layers", 0, hi=n_layers)
+        self._check_block_numbers(n_layers)
         widths = self._widths(n_layers)
         # llama.cpp counts the MTP (nextn) blocks in block_count and puts them last; like the
         # safetensors readers, they are not decoder layers, so their tensors are carried as is
@@ -160,22 +175,21 @@ class GgufReader(CheckpointReader):
         extra: dict = {"gguf_arch": a, "leading_dense_block_count": lead}
         if nextn:
             extra["nextn_layers"] = list(range(decoder_layers, n_layers))
-        if len({widths[i] for i in moe_layers}) > 1:
-            extra["moe_intermediate_sizes"] = {str(i): widths[i] for i in moe_layers}
+        first_width = widths[moe_layers[0]] if moe_layers else 0
         for key in ("expert_shared_count", "expert_weights_scale", "expert_weights_norm", "expert_gating_func"):
             v = self._get(f"{a}.{key}", required=False)
             if v is not None and not isinstance(v, (list, np.ndarray)):
+                if isinstance(v, float) and not math.isfinite(v):  # NaN is no JSON value: the index could not hold it
+                    raise SourceError(f"{self.path}: metadata key {a}.{key} is {v}, expected a finite number")
                 extra[key] = v.item() if hasattr(v, "item") else v
-        activation = "silu"
-        if a == "gpt-oss":
-            activation = "swiglu_oai"
-            extra.update(GPT_OSS_SWIGLU)
+        activation = GPT_OSS_ACTIVATION if a == "gpt-oss" else Activation("silu")
         if a not in ARCHS:
             extra["unlisted_arch"] = True  # same tensor names, but not one of the tested archs
         return ModelShape(
-            family=a, hidden_size=H, moe_intermediate_size=widths[moe_layers[0]] if moe_layers else 0,
+            family=a, hidden_size=H, moe_intermediate_size=first_width,
             num_experts=E, top_k=top_k, num_layers=n_layers, moe_layers=moe_layers,
             activation=activation, extra=extra,
+            layer_intermediate_sizes={i: widths[i] for i in moe_layers if widths[i] != first_width},
         )
 
     def _widths(self, n_layers: int) -> list[int]:
@@ -193,8 +207,30 @@ class GgufReader(CheckpointReader):
         if isinstance(v, (list, np.ndarray)):
             if len(v) != n_layers:
                 raise SourceError(f"{self.path}: {key} has {len(v)} entries, expected block_count = {n_layers}")
-            return [int(x) for x in v]
-        return [int(v)] * n_layers
+            widths = [_whole(x) for x in v]  # 0: a dense block
+            if not all(w is not None and 0 <= w <= MAX_DIM for w in widths):
+                raise SourceError(f"{self.path}: {key} must hold integers in [0, {MAX_DIM}], got {short(v)}")
+            return widths
+        w = _whole(v)
+        if w is None or not 1 <= w <= MAX_DIM:
+            raise SourceError(f"{self.path}: {key} must be an integer in [1, {MAX_DIM}], got {short(v)}")
+        return [w] * n_layers
+
+    def _check_block_numbers(self, n_layers: int) -> None:
+        """Every `blk.N.` tensor names a block below block_count, in canonical decimal: a
+        tensor of an undeclared block would otherwise be carried as if it were the model's."""
+        bad: dict[int | str, str] = {}
+        for name in self._infos:
+            if name.startswith("blk."):
+                n = decimal_index(name[4:].split(".", 1)[0])
+                if n is None or n >= n_layers:
+                    bad.setdefault(n if n is not None else "?", name)
+        if bad:
+            some = next(iter(bad.values()))
+            raise SourceError(
+                f"{self.path}: tensor {short(some)} names a block that is not one of block_count = "
+                f"{n_layers} (blocks are 0-{n_layers - 1}, in plain decimal); {len(bad)} such block(s)"
+            )
 
     # -- layers ---------------------------------------------------------------------------
     def _need(self, name: str, layer: int) -> TensorInfo:
@@ -213,7 +249,7 @@ class GgufReader(CheckpointReader):
     def _resolve(self, layer: int) -> _Layer:
         m = self.model
         H, E = m.hidden_size, m.num_experts
-        I = int(m.extra.get("moe_intermediate_sizes", {}).get(str(layer), m.moe_intermediate_size))
+        I = m.intermediate_size(layer)
         p = f"blk.{layer}."
         fused = self._infos.get(p + "ffn_gate_up_exps.weight")
         if fused is not None:
@@ -284,39 +320,23 @@ class GgufReader(CheckpointReader):
         return self._files[info.shard].view(info)
 
     def _banks(self, lay: _Layer) -> LayerBanks:
-        E, H, I = self.model.num_experts, self.model.hidden_size, lay.I
-        banks = {}
-        gu = lay.parts["gate_up"]
-        if len(gu) == 1 or gu[0].type == gu[1].type:
-            row_shape: tuple[int, ...] = (2 * I, gu[0].row_nbytes)
-        else:
-            row_shape = (sum(t.nbytes // E for t in gu),)
-        banks["gate_up"] = self._bank("u8", row_shape, gu)
-        d = lay.parts["down"][0]
-        banks["down"] = self._bank("u8", (H, d.row_nbytes), [d])
-        if "gate_up_bias" in lay.biases:
-            b = lay.biases["gate_up_bias"]
-            banks["gate_up_bias"] = self._bank(BIAS_DTYPES[b[0].type.name], (2 * I,), b)
-        if "down_bias" in lay.biases:
-            b = lay.biases["down_bias"]
-            banks["down_bias"] = self._bank(BIAS_DTYPES[b[0].type.name], (H,), b)
-        return LayerBanks(lay.layer, lay.format, banks)
+        """Dtypes and row shapes come from the gguf format (gate_up is [2I, row bytes] when gate
+        and up share a type, one flat byte row when they do not); here only where rows live."""
+        parts = {"gate_up": lay.parts["gate_up"], "down": lay.parts["down"], **lay.biases}
+        rows = {name: self._rows(p) for name, p in parts.items()}
+        dtypes = {name: BIAS_DTYPES[b[0].type.name] for name, b in lay.biases.items()}
+        m = self.model
+        return LayerBanks.build(lay.layer, lay.format, m.hidden_size, lay.I, m.num_experts, rows, dtypes)
 
-    def _bank(self, dtype: str, row_shape: tuple[int, ...], parts: list[TensorInfo]) -> BankSource:
-        # a view of the map reads nothing: pages are touched only when a row's bytes are used
+    def _rows(self, parts: list[TensorInfo]) -> RowPieces:
+        # a view of the map reads nothing, and the writer never reads one: it copies the
+        # bytes behind it with pread + copy_file_range (ftw/mapped.py)
         views = [self._view(t) for t in parts]
-        populated = []
 
         def row(e: int) -> list[np.ndarray]:
-            if not populated:
-                # the whole bank is about to be read: map its pages in one call each
-                # rather than fault them in a few KiB at a time
-                populated.append(True)
-                for t in parts:
-                    self._files[t.shard].populate(t)
             return [v[e] for v in views]
 
-        return BankSource(dtype=dtype, row_shape=row_shape, num_experts=self.model.num_experts, row=row)
+        return row
 
     # -- everything else ------------------------------------------------------------------
     def tensors(self) -> list[SourceTensor]:

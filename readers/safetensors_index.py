@@ -220,7 +220,7 @@ class SafetensorsIndex:
                 size = os.fstat(f.fileno()).st_size
                 if size != self._sizes[path]:
                     raise SourceError(f"{path}: shard changed size since it was opened ({self._sizes[path]} -> {size})")
-                mm = mapped.FileMap(f.fileno())  # lets the writer copy rows in the kernel
+                mm = mapped.FileMap(f.fileno(), path)  # lets the writer copy rows in the kernel
             self._maps[path] = mm
         return mm
 
@@ -228,6 +228,11 @@ class SafetensorsIndex:
         """A read-only zero-copy view of the tensor's bytes, in the ftw dtype's numpy type."""
         view = self._views.get(name)
         if view is not None:
+            # a reader that computes rows (gpt-oss) reads the map: a shard cut short since
+            # must be an error here, not a SIGBUS there (the writer itself only preads)
+            view_map = self._maps.get(self._tensors[name].shard)
+            if view_map is not None:
+                view_map.check_size()
             return view
         info = self.info(name)
         with self._lock:
@@ -239,7 +244,8 @@ class SafetensorsIndex:
                 view = np.empty(info.shape, dtype=npd)
             else:
                 mm = self._map(info.shard)
-                mapped.populate(mm, info.offset, info.nbytes)
+                mm.check_size()
+                # no populate: the writer copies the bytes behind a view without reading it
                 flat = np.frombuffer(mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
                 view = flat.view(npd).reshape(info.shape)
             self._views[name] = view

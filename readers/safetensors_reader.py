@@ -7,9 +7,11 @@
         for bank, src in lb.banks.items():
             src.row(e)                          # zero-copy views of expert e's row
 
-MTP (next-token prediction) modules are skipped: layers at index >= num_hidden_layers and
-`mtp.*` tensors are neither banks nor plain tensors, unless ``keep_mtp=True``, which carries
-them byte for byte as plain tensors (their experts included).
+MTP (next-token prediction) modules are skipped: the `num_nextn_predict_layers` layers
+numbered from num_hidden_layers on (DeepSeek, GLM) and `mtp.*` tensors are neither banks nor
+plain tensors, unless ``keep_mtp=True``, which carries them byte for byte as plain tensors
+(their experts included). Tensors of any other layer the config does not declare are an
+error naming them: dropping them silently would lose a layer.
 Per-expert activation calibration (`input_scale`, `input_global_scale`, `activation_scale`)
 belongs to no bank and is dropped.
 """
@@ -26,10 +28,11 @@ from typing import Iterable
 from ftw.banks import LayerBanks, SourceTensor
 from ftw.errors import SourceError
 from ftw.formats import LayerFormat
+from ftw.layer_ranges import format_layers
 
-from .base import CheckpointReader, register_opener
+from .base import CheckpointReader, load_json_object, register_opener
 from .families import Dims, family_for
-from .families.experts import layer_banks, scan
+from .families.experts import layer_banks, layer_number, scan
 from .safetensors_index import INDEX_FILE, SafetensorsIndex
 
 ATTACHMENT_GLOBS = (
@@ -49,14 +52,7 @@ MAX_ATTACHMENT_NBYTES = 64 << 20
 
 
 def _load_json(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            obj = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{path}: unreadable JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise SourceError(f"{path}: expected a JSON object")
-    return obj
+    return load_json_object(path, "config")
 
 
 class SafetensorsReader(CheckpointReader):
@@ -73,8 +69,7 @@ class SafetensorsReader(CheckpointReader):
         self._dims = Dims(m.num_experts, m.hidden_size, m.moe_intermediate_size)
         self._moe = set(m.moe_layers)
         self._resolved: dict[int, LayerBanks] = {}
-        prefixes = "|".join(re.escape(p) for p in self.family.layer_prefixes)
-        self._layer_re = re.compile(rf"^(?:{prefixes})(\d+)\.")
+        self._mtp_names = self._undeclared_layers()
         for L, g in sorted(self._groups.items()):
             if L < m.num_layers and L not in self._moe:
                 raise SourceError(
@@ -86,11 +81,37 @@ class SafetensorsReader(CheckpointReader):
     def name(self) -> str:
         return f"safetensors/{self.family.name}"
 
+    def _undeclared_layers(self) -> set[str]:
+        """Names of the MTP layers' tensors: layers num_hidden_layers .. + num_nextn_predict_layers
+        - 1 (DeepSeek, GLM put them there). Tensors of any other layer the config does not
+        declare are an error: converting without them would silently drop a layer."""
+        prefixes = "|".join(re.escape(p) for p in self.family.layer_prefixes)
+        layer_re = re.compile(rf"^(?:{prefixes})([^.]+)\.")
+        n, mtp = self.model.num_layers, self.family.mtp_layers()
+        mtp_names, undeclared = set(), {}
+        for name in self.index.names():
+            m = layer_re.match(name)
+            if m is None or not m.group(1)[:1].isdigit():  # '٣' and '²' are digits too: checked
+                continue
+            L = layer_number(m.group(1), name)
+            if L < n:
+                continue
+            if L < n + mtp:
+                mtp_names.add(name)
+            else:
+                undeclared.setdefault(L, name)
+        if undeclared:
+            layers = sorted(undeclared)
+            raise SourceError(
+                f"{self.config_path}: tensors of layer{'s' if len(layers) > 1 else ''} "
+                f"{format_layers(layers)} (e.g. {undeclared[layers[0]]!r}), which the config does not "
+                f"declare: num_hidden_layers is {n}"
+                + (f" and num_nextn_predict_layers {mtp}" if mtp else "")
+            )
+        return mtp_names
+
     def _is_mtp(self, name: str) -> bool:
-        if name.startswith(self.family.mtp_prefixes):
-            return True
-        m = self._layer_re.match(name)
-        return m is not None and int(m.group(1)) >= self.model.num_layers
+        return name.startswith(self.family.mtp_prefixes) or name in self._mtp_names
 
     def _resolve(self, layer: int) -> LayerBanks:
         lb = self._resolved.get(layer)

@@ -71,6 +71,7 @@ def sample_layers(rng: np.random.Generator, num_experts: int = E) -> list[tuple[
     bf16 = {
         "gate_up": ("bf16", bf16_normal(rng, (e, 2 * I, H))),
         "down": ("bf16", bf16_normal(rng, (e, H, I))),
+        "gate_up_bias": ("bf16", bf16_normal(rng, (e, 2 * I))),
         "down_bias": ("bf16", bf16_normal(rng, (e, H))),
     }
     nvfp4 = {
@@ -82,7 +83,7 @@ def sample_layers(rng: np.random.Generator, num_experts: int = E) -> list[tuple[
         "down_global": ("f32", rng.random((e, H), dtype=np.float32)),
     }
     return [
-        (1, LayerFormat.of("bf16", {"activation": "silu"}), bf16),
+        (1, LayerFormat.of("bf16"), bf16),
         (3, LayerFormat.of("nvfp4"), nvfp4),
     ]
 

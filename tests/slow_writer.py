@@ -22,7 +22,10 @@ from ftw.writers import FtwWriter  # noqa: E402
 def main() -> None:
     dest, rows, row_kib, sleep_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     rng = np.random.default_rng()
-    data = rng.integers(0, 256, (rows, row_kib << 10), dtype=np.uint8)
+    # a valid bf16 layer with I = 1: gate_up [2, H] is the ROW_KIB-sized row, down [H, 1]
+    H = row_kib << 8
+    data = rng.integers(0, 1 << 16, (rows, 2, H), dtype=np.uint16)
+    down = rng.integers(0, 1 << 16, (rows, H, 1), dtype=np.uint16)
 
     def row(e: int):
         print(f"row {e}", flush=True)
@@ -31,7 +34,8 @@ def main() -> None:
 
     with FtwWriter(dest, force="--force" in sys.argv) as w:
         w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {
-            "gate_up": BankSource("u8", (row_kib << 10,), rows, row),
+            "gate_up": BankSource("bf16", (2, H), rows, row),
+            "down": BankSource("bf16", (H, 1), rows, lambda e: [down[e]]),
         }))
     print("done", flush=True)
 

@@ -292,6 +292,9 @@ def build(folder, family, fmts, E=4, H=64, I=32, nshards=1, seed=None, mtp=False
     if mtp:
         t["mtp.0.norm.weight"] = plain(rng, (H,))
     t["lm_head.weight"] = plain(rng, (16, H))
-    write_ckpt(os.fspath(folder), family_config(family, fmts, E, H, I), t, nshards,
+    config = family_config(family, fmts, E, H, I)
+    if mtp:  # the MTP layer numbered after the decoder layers, declared as DeepSeek does
+        (config.get("text_config") or config)["num_nextn_predict_layers"] = 1
+    write_ckpt(os.fspath(folder), config, t, nshards,
                {"tokenizer.json": "{}", "generation_config.json": "{}"})
     return os.fspath(folder), refs

@@ -354,8 +354,9 @@ def test_corrupt_zstd_frame_magic(zsample):
         _read_all_rows(zsample, layer, name)
     msg = str(info.value)
     assert str(zsample) in msg and f"layer {layer} bank {name} expert {e}" in msg, msg
-    with ftw.open(zsample) as f:  # checksums were re-sealed: verify passes, decoding refuses
-        f.verify()
+    with ftw.open(zsample) as f:  # checksums were re-sealed: verify decodes every frame and refuses
+        with pytest.raises(FormatError, match=f"layer {layer} bank {name} expert {e}: corrupt zstd frame header"):
+            f.verify()
         with pytest.raises(FormatError):
             f.bank(layer, name)
 
@@ -473,7 +474,9 @@ def test_bytes_after_a_zstd_frame_are_refused(zsample):
     table[1] = table[2]  # slot 0 now holds frames 0 and 1; slot 1 is empty
     zsample.write_bytes(patch_blob(data, bank["row_table"], 0, table.tobytes(), reseal=True))
     with ftw.open(zsample) as f:
-        f.verify()  # checksums and the table's shape are fine
+        # checksums and the table's shape are fine; verify proves every frame (FORMAT.md rule 14)
+        with pytest.raises(FormatError, match=f"expert 0: the row's .* bytes hold a .*-byte zstd frame"):
+            f.verify()
         with pytest.raises(FormatError, match=f"expert 0: the row's .* bytes hold a .*-byte zstd frame"):
             f.expert_row(layer, name, 0)
         with pytest.raises(FormatError, match="expert 1: corrupt zstd frame header"):

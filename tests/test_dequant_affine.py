@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from ftw.dequant import dequantize_expert
 from ftw.formats import LayerFormat
 
 
@@ -25,7 +24,7 @@ def test_affine_matches_scale_times_q_plus_offset(bits):
         offset = rng.uniform(-0.5, 0.5, (qv.shape[0], groups)).astype(np.float32)
         rows[p], rows[p + "_scale"], rows[p + "_offset"] = _pack(qv, bits), scale, offset
         want[p] = qv * np.repeat(scale.astype(np.float64), gs, 1) + np.repeat(offset.astype(np.float64), gs, 1)
-    w = dequantize_expert(LayerFormat.of("affine", {"bits": bits, "group_size": gs}), rows)
+    w = LayerFormat.of("affine", {"bits": bits, "group_size": gs}).decode(rows, H, I)
     np.testing.assert_array_equal(w["gate"], want["gate_up"][:I])
     np.testing.assert_array_equal(w["up"], want["gate_up"][I:])
     np.testing.assert_array_equal(w["down"], want["down"])

@@ -8,11 +8,12 @@ import os
 
 import gguf
 import numpy as np
+
+from ftw.formats import Activation
 import pytest
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from ftw.dequant import dequantize_expert
 from ftw.formats import LayerFormat
 from ftw.readers.gguf_reader import METADATA_ATTACHMENT, GgufReader, open_gguf
 from gguf_testlib import moe_file, source_rows
@@ -109,14 +110,14 @@ def _source_tensor(g: gguf.GGUFReader, name: str):
 
 def test_dequantized_rows_match_gguf_dequantize_of_source(mixed):
     """gguf.quants.dequantize of a bank row equals that of the source tensor's row, read by
-    gguf's own reader; and ftw.dequant.dequantize_expert agrees with both."""
+    gguf's own reader; and the gguf format's decoder agrees with both."""
     built, r = mixed
     g = gguf.GGUFReader(built.path)
     for lb in r.plan():
         p = f"blk.{lb.layer}."
         for e in range(3):
             rows = {k: b.row_array(e) for k, b in lb.banks.items()}
-            w = dequantize_expert(lb.format, rows)
+            w = lb.format.decode(rows, *lb.dims())
             down_src, down_t = _source_tensor(g, p + "ffn_down_exps.weight")
             want_down = dequantize(np.ascontiguousarray(down_src[e]), down_t)
             np.testing.assert_array_equal(w["down"], want_down)
@@ -231,7 +232,7 @@ def test_model_shape_from_metadata(tmp_path, rng):
                      lead=1, E=4, random_bytes=True)
     m = GgufReader(built.path).model
     assert (m.hidden_size, m.moe_intermediate_size, m.num_experts, m.top_k, m.num_layers) == (256, 256, 4, 1, 3)
-    assert m.moe_layers == [1, 2] and m.activation == "silu" and m.family == "deepseek2"
+    assert m.moe_layers == [1, 2] and m.activation == Activation("silu") and m.family == "deepseek2"
 
 
 def test_per_layer_expert_widths(tmp_path, rng):
@@ -239,19 +240,20 @@ def test_per_layer_expert_widths(tmp_path, rng):
                      random_bytes=True)
     r = GgufReader(built.path)
     assert r.model.moe_layers == [1, 2]
-    assert r.model.extra["moe_intermediate_sizes"] == {"1": 256, "2": 512}
+    assert r.model.moe_intermediate_size == 256 and r.model.layer_intermediate_sizes == {2: 512}
+    assert r.model.to_json()["moe_intermediate_sizes"] == {"2": 512}
     lbs = r.plan()
     assert lbs[1].banks["gate_up"].row_shape == (1024, 272)
     assert lbs[1].banks["down"].row_shape == (256, 512 // 32 * 34)
     with np.errstate(all="ignore"):  # random bytes: some scales are NaN
-        w = dequantize_expert(lbs[1].format, {k: b.row_array(0) for k, b in lbs[1].banks.items()})
+        w = lbs[1].decode_expert(0)
     assert w["gate"].shape == (512, 256) and w["down"].shape == (256, 512)
 
 
 def test_gpt_oss_activation(tmp_path, rng):
     built = moe_file(tmp_path / "g.gguf", rng, {0: ("MXFP4",) * 3}, arch="gpt-oss", bias=True, random_bytes=True)
     m = GgufReader(built.path).model
-    assert m.activation == "swiglu_oai" and m.extra["swiglu_limit"] == 7.0 and m.extra["swiglu_alpha"] == 1.702
+    assert m.activation == Activation("swiglu_oai", alpha=1.702, limit=7.0)
 
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "qwen35moe", "qwen3next", "gpt-oss", "deepseek2", "glm4moe",
@@ -332,7 +334,7 @@ def test_sample_matches_manifest(name, path):
         for e in range(E):
             assert lb.banks["gate_up"].row_array(e).tobytes() == b"".join(t.data[e].tobytes() for t in gu)
             assert lb.banks["down"].row_array(e).tobytes() == src[p + "ffn_down_exps.weight"].data[e].tobytes()
-        w = dequantize_expert(lb.format, {k: b.row_array(E - 1) for k, b in lb.banks.items()})
+        w = lb.decode_expert(E - 1)
         np.testing.assert_array_equal(w["down"], dequantize(src[p + "ffn_down_exps.weight"].data[E - 1],
                                                               src[p + "ffn_down_exps.weight"].tensor_type))
         if want["expert_bias"]:

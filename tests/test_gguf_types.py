@@ -10,7 +10,6 @@ import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import _type_traits, dequantize
 
-from ftw.dequant import dequantize_expert
 from ftw.readers.gguf_file import known_types
 from ftw.readers.gguf_reader import GgufReader
 from gguf_testlib import STR, U32, T, write_gguf
@@ -61,7 +60,7 @@ def test_type_as_expert_type(tmp_path, name):
         rows = {k: b.row_array(1) for k, b in lb.banks.items()}
         with warnings.catch_warnings(), np.errstate(all="ignore"):  # random bytes: NaN/inf scales
             warnings.simplefilter("ignore")
-            w = dequantize_expert(lb.format, rows)
+            w = lb.format.decode(rows, *lb.dims())
             src = np.frombuffer(raw["down"], dtype=np.uint8).reshape(E, H, -1)[1]
             np.testing.assert_array_equal(w["down"], dequantize(src, Q[name]).astype(np.float64))
             gsrc = np.frombuffer(raw["gate"], dtype=np.uint8).reshape(E, I, -1)[1]

@@ -1,13 +1,13 @@
 """Every family and source format: banks hold the source bytes, re-laid as DESIGN.md says, and
-ftw.dequant of the banks equals an independent float64 decode of the source tensors."""
+the format's decoder on the banks equals an independent float64 decode of the source tensors."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from ftw.formats import Activation
 import pytest
 
-from ftw.dequant import dequantize_expert
-from ftw.formats import FORMATS
 from ftw.readers.safetensors_reader import SafetensorsReader, open_safetensors
 from st_build import CANON, build
 
@@ -17,8 +17,8 @@ NVFP4_CT_RTOL = 2.0**-23  # the reciprocal global is rounded once to float32
 def check_layer(lb, refs, src_fmt):
     fmt = lb.format
     assert fmt.name == CANON.get(src_fmt, "mxfp4" if src_fmt == "mxfp4" else "bf16")
-    spec = FORMATS[fmt.name]
-    assert set(spec.banks) <= set(lb.banks) <= set(spec.all_banks)
+    specs = fmt.banks(*lb.dims())
+    assert {n for n, s in specs.items() if not s.optional} <= set(lb.banks) <= set(specs)
     for e, ref in enumerate(refs):
         rows = {}
         for k, src in lb.banks.items():
@@ -26,7 +26,7 @@ def check_layer(lb, refs, src_fmt):
             assert sum(np.asarray(p).nbytes for p in pieces) == src.row_nbytes, k
             rows[k] = src.row_array(e)
             assert rows[k].shape == src.row_shape
-        w = dequantize_expert(fmt, rows)
+        w = fmt.decode(rows, *lb.dims())
         for key in ("gate", "up", "down", "gate_bias", "up_bias", "down_bias"):
             if key not in ref:
                 assert key not in w
@@ -131,9 +131,10 @@ def test_options_and_shape(tmp_path):
     folder, _ = build(tmp_path / "a", "gpt_oss", ["mxfp4", "bf16_gptoss"])
     with SafetensorsReader(folder) as r:
         f = r.layer_formats()
-        assert f[0].name == "mxfp4" and f[0].options == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
-        assert f[1].name == "bf16" and f[1].options == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
-        assert r.model.extra == {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+        assert f[0].name == "mxfp4" and f[0].options == {}
+        assert f[1].name == "bf16" and f[1].options == {}
+        # the activation is the model's, with gpt-oss's default limit and fixed alpha
+        assert r.model.activation == Activation("swiglu_oai", alpha=1.702, limit=7.0)
         assert set(r.plan([1])[0].banks) == {"gate_up", "down", "gate_up_bias", "down_bias"}
         assert (r.model.num_experts, r.model.hidden_size, r.model.moe_intermediate_size) == (4, 64, 32)
     folder, _ = build(tmp_path / "b", "deepseek_v4", ["ds_fp4", "fp8_v4"], H=256, I=160)
@@ -141,7 +142,8 @@ def test_options_and_shape(tmp_path):
         f = r.layer_formats()
         assert f[0].options == {"act_block": 128}
         assert f[1].name == "fp8_block" and f[1].options == {"block_size": [128, 128]}
-        assert r.model.extra["swiglu_limit"] == 10.0
+        assert r.model.activation == Activation("silu", limit=10.0)
+        assert "swiglu_limit" not in r.model.extra
         assert r.name == "safetensors/deepseek_v4"
 
 
@@ -211,7 +213,7 @@ def test_fused_fp8_stacked(tmp_path):
         [lb] = r.plan()
         assert lb.format.name == "fp8_block" and lb.format.options == {"block_size": [128, 128]}
         for e in range(E):
-            w = dequantize_expert(lb.format, {k: s.row_array(e) for k, s in lb.banks.items()})
+            w = lb.decode_expert(e)
             ref = dec_e4m3(gu[e]) * np.repeat(np.repeat(gus[e].astype(np.float64), 128, 0), 128, 1)
             np.testing.assert_array_equal(w["gate"], ref[:I])
             np.testing.assert_array_equal(w["up"], ref[I:])

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ftw.dequant import dequantize_expert
 from ftw.readers.safetensors_reader import SafetensorsReader
 
 ROOT = Path(__file__).resolve().parent.parent / "samples"
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.skipif(not SAMPLES, reason="no samples under samples/st
 def banks_dequant(lb):
     out: dict[str, list] = {}
     for e in range(lb.banks["gate_up"].num_experts):
-        w = dequantize_expert(lb.format, {k: s.row_array(e) for k, s in lb.banks.items()})
+        w = lb.decode_expert(e)
         for k, v in w.items():
             out.setdefault(k, []).append(v)
     return {k: np.stack(v) for k, v in out.items()}

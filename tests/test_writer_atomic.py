@@ -148,7 +148,7 @@ def test_uninterrupted_subprocess_writer_commits(folder):
     assert proc.returncode == 0, proc.stderr
     assert listing(folder) == {dest.name}
     with ftw.open(dest) as f:
-        assert f.bank(0, "gate_up").shape == (3, 4096)
+        assert f.bank(0, "gate_up").shape == (3, 2, 1024)  # 4 KiB rows: bf16 [2, H] with H = 1024
         f.verify()
 
 

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 from ftw import __version__
 from ftw.banks import LayerBanks, SourceTensor
+from ftw.container import Selection
 from ftw.errors import FtwError
 
 from .ftw_writer import FtwWriter
@@ -36,6 +37,7 @@ class ConvertPlan:
     tensors: list[SourceTensor]
     attachments: dict[str, bytes]
     source_files: list[str] = field(default_factory=list)
+    selection: Selection = field(default_factory=Selection)
 
     @property
     def expert_nbytes(self) -> int:
@@ -71,13 +73,18 @@ def plan_conversion(reader, layers: Iterable[int] | None = None, experts_only: b
                 f"{reader.path}: layer {unknown[0]} is not a MoE layer (MoE layers: {reader.model.moe_layers})"
             )
     planned = reader.plan(wanted)
+    model = reader.model
+    for lb in planned:  # strict when writing: every bank exactly as its format declares it
+        lb.check(model.hidden_size, model.intermediate_size(lb.layer), f"{reader.path}: layer {lb.layer}")
     tensors = []
     if not experts_only:
         tensors = reader.tensors()
         if wanted is not None:
             keep = set(wanted)
             tensors = [t for t in tensors if tensor_layer(t.name) in keep or tensor_layer(t.name) is None]
-    return ConvertPlan(reader.path, reader.name, planned, tensors, reader.attachments(), reader.source_files())
+    selection = Selection(None if wanted is None else tuple(wanted), experts_only)
+    return ConvertPlan(reader.path, reader.name, planned, tensors, reader.attachments(), reader.source_files(),
+                       selection)
 
 
 def write_plan(
@@ -89,6 +96,7 @@ def write_plan(
     advance = progress or (lambda n=0, layers=0: None)
     with FtwWriter(dst, force=force, compress_level=compress_level, threads=threads, progress=advance) as w:
         w.set_model(reader.model)
+        w.set_selection(plan.selection)
         w.set_provenance({
             "tool": "ftw",
             "tool_version": __version__,

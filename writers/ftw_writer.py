@@ -168,13 +168,21 @@ class FtwWriter:
 
     # -- public -------------------------------------------------------------------------
     def set_model(self, model: ModelShape) -> None:
+        self._model = model
         self._index["model"] = model.to_json()
+
+    def set_selection(self, selection) -> None:
+        """What part of the source this file holds (ftw.container.Selection)."""
+        self._index["selection"] = selection.to_json()
 
     def set_provenance(self, provenance: Mapping) -> None:
         self._index["provenance"] = dict(provenance)
 
     def add_layer(self, layer: LayerBanks) -> None:
         key = str(layer.layer)
+        model = getattr(self, "_model", None)
+        if model is not None:  # strict when writing; plan_conversion ran the same check earlier
+            layer.check(model.hidden_size, model.intermediate_size(layer.layer), f"{self.path}: layer {layer.layer}")
         if key in self._index["layers"]:
             raise FtwError(f"{self.path}: layer {layer.layer} added twice")
         banks = {}

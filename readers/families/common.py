@@ -6,10 +6,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ftw.banks import LayerBanks, RowPieces
 from ftw.errors import SourceError
+from ftw.formats import LayerFormat
 
 from ..safetensors_index import SafetensorsIndex
-from .base import Dims, ExpertGroup
+from .base import Dims, ExpertGroup, Family
 
 ROLES = ("gate", "up", "down")
 
@@ -65,3 +67,11 @@ def views(index: SafetensorsIndex, names: list[list[str]]) -> Callable[[int], li
 
 def stacked_views(index: SafetensorsIndex, name: str) -> Callable[[int], list[np.ndarray]]:
     return lambda e: [index.array(name)[e]]
+
+
+def make_layer(family: Family, layer: int, dims: Dims, fmt: str, options: dict, rows: dict[str, RowPieces],
+               dtypes: dict[str, str] | None = None) -> LayerBanks:
+    """The layer's banks, dtypes and row shapes taken from its format; `rows` says where each
+    bank's rows come from, `dtypes` only where the format allows several (scale precision)."""
+    lf = LayerFormat.of(fmt, {**options, **family.options(fmt)}, f"layer {layer}")
+    return LayerBanks.build(layer, lf, dims.H, dims.I, dims.E, rows, dtypes)

@@ -65,10 +65,14 @@ class DeepseekV4(Family):
         # every V4 layer routes (hash_moe layers too: only the router differs)
         return mlp_layer_types_moe(self.text, num_layers, 0)
 
+    def options(self, fmt: str) -> dict[str, Any]:
+        # how the GPU path scales each block of activations it quantizes to e4m3
+        q = self.text.get("quantization_config")
+        scale_fmt = q.get("scale_fmt") if isinstance(q, dict) else None
+        return {"scale_fmt": scale_fmt} if fmt == "ds_fp4" and scale_fmt is not None else {}
+
     def extra(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        if "swiglu_limit" in self.text:
-            out["swiglu_limit"] = self.text["swiglu_limit"]
         q = self.text.get("quantization_config")
         dt = self.text.get("expert_dtype") or (q.get("expert_dtype") if isinstance(q, dict) else None)
         if dt:

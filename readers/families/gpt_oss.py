@@ -7,12 +7,10 @@ x @ W, interleaved) -> bf16 with biases. Both need a per-expert copy to undo the
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ftw.banks import BankSource
 from ftw.errors import SourceError, UnsupportedError
+from ftw.formats import Activation
 
 from . import register
 from .base import Family
@@ -41,15 +39,8 @@ class GptOss(Family):
     expert_count_keys = ("num_local_experts",)
     width_keys = ("intermediate_size",)
 
-    def activation(self) -> str:
-        return "swiglu_oai"
-
-    def options(self, fmt: str) -> dict[str, Any]:
-        # the same keys the GGUF reader puts in the model's extra: one name per concept
-        return {"swiglu_limit": float(self.text.get("swiglu_limit", 7.0)), "swiglu_alpha": ALPHA}
-
-    def extra(self) -> dict[str, Any]:
-        return self.options("")
+    def activation(self) -> Activation:
+        return Activation("swiglu_oai", alpha=ALPHA, limit=self.swiglu_limit(7.0))
 
     def expected_first(self, base: str) -> str:
         return f"{base}gate_up_proj_blocks"
@@ -70,12 +61,12 @@ class GptOss(Family):
             gub = _deinterleave(index, n["gate_up_proj_blocks"])
             down = n["down_proj_blocks"]
             return "mxfp4", {}, {
-                "gate_up": BankSource("u8", (2 * I, H // 2), E, lambda e: [p.reshape(I, H // 2) for p in gub(e)]),
-                "down": BankSource("u8", (H, I // 2), E, lambda e: [index.array(down)[e].reshape(H, I // 2)]),
-                "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, _deinterleave(index, n["gate_up_proj_scales"])),
-                "down_scale": BankSource("e8m0", (H, I // 32), E, stacked_views(index, n["down_proj_scales"])),
-                "gate_up_bias": BankSource("bf16", (2 * I,), E, _deinterleave(index, n["gate_up_proj_bias"])),
-                "down_bias": BankSource("bf16", (H,), E, stacked_views(index, n["down_proj_bias"])),
+                "gate_up": lambda e: [p.reshape(I, H // 2) for p in gub(e)],
+                "down": lambda e: [index.array(down)[e].reshape(H, I // 2)],
+                "gate_up_scale": _deinterleave(index, n["gate_up_proj_scales"]),
+                "down_scale": stacked_views(index, n["down_proj_scales"]),
+                "gate_up_bias": _deinterleave(index, n["gate_up_proj_bias"]),
+                "down_bias": stacked_views(index, n["down_proj_bias"]),
             }
         check_names(group, ["gate_up_proj", "down_proj"], ["gate_up_proj_bias", "down_proj_bias"])
         first = index.info(n["gate_up_proj"])
@@ -85,13 +76,13 @@ class GptOss(Family):
         expect(index, n["down_proj"], L, "bf16", (E, I, H), " ([E, I, H])")
         down = n["down_proj"]
         banks = {
-            "gate_up": BankSource("bf16", (2 * I, H), E, _deinterleave(index, n["gate_up_proj"], last=True)),
-            "down": BankSource("bf16", (H, I), E, lambda e: [np.ascontiguousarray(index.array(down)[e].T)]),
+            "gate_up": _deinterleave(index, n["gate_up_proj"], last=True),
+            "down": lambda e: [np.ascontiguousarray(index.array(down)[e].T)],
         }
         if "gate_up_proj_bias" in n or "down_proj_bias" in n:
             check_names(group, ["gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias"])
             expect(index, n["gate_up_proj_bias"], L, "bf16", (E, 2 * I))
             expect(index, n["down_proj_bias"], L, "bf16", (E, H))
-            banks["gate_up_bias"] = BankSource("bf16", (2 * I,), E, _deinterleave(index, n["gate_up_proj_bias"]))
-            banks["down_bias"] = BankSource("bf16", (H,), E, stacked_views(index, n["down_proj_bias"]))
+            banks["gate_up_bias"] = _deinterleave(index, n["gate_up_proj_bias"])
+            banks["down_bias"] = stacked_views(index, n["down_proj_bias"])
         return "bf16", {}, banks

@@ -7,13 +7,13 @@ from collections import Counter
 
 import numpy as np
 
-from ftw.banks import BankSource, LayerBanks
+from ftw.banks import LayerBanks
 from ftw.errors import SourceError, UnsupportedError
-from ftw.formats import LayerFormat
+from ftw.spec import decimal_index
 
 from ..safetensors_index import SafetensorsIndex
-from .base import Dims, ExpertGroup, Family
-from .common import ROLES, cdiv, expect, fit_block, io_dims, views
+from .base import Dims, ExpertGroup, Family, short
+from .common import ROLES, cdiv, expect, fit_block, io_dims, make_layer, views
 
 # per-expert suffixes that are activation calibration, not expert weights: dropped
 IGNORED_SUFFIXES = {"input_scale", "input_global_scale", "activation_scale"}
@@ -62,8 +62,7 @@ def per_expert(family: Family, group: ExpertGroup, dims: Dims, index: Safetensor
         "nvfp4_modelopt": _nvfp4,
         "nvfp4_ct": _nvfp4,
     }[kind]
-    fmt, options, banks = build(names, dims, index, L, kind)
-    return LayerBanks(L, LayerFormat.of(fmt, {**options, **family.options(fmt)}), banks)
+    return make_layer(family, L, dims, *build(names, dims, index, L, kind))
 
 
 def _parse_per_expert(family: Family, group: ExpertGroup, E: int):
@@ -74,7 +73,10 @@ def _parse_per_expert(family: Family, group: ExpertGroup, E: int):
         parts = rest.split(".", 2)
         if len(parts) != 3 or not parts[0].isdigit():
             raise SourceError(f"layer {group.layer}: unexpected expert tensor {name!r} next to per-expert tensors")
-        e, proj, suffix = int(parts[0]), parts[1], parts[2]
+        e, proj, suffix = decimal_index(parts[0]), parts[1], parts[2]
+        if e is None:  # '00' next to '0', or an Arabic-Indic digit, would name one expert twice
+            raise SourceError(f"layer {group.layer}: expert tensor {short(name)}: expert number "
+                              f"{short(parts[0])} is not canonical decimal (ASCII digits, no leading zeros)")
         if proj_names is None:
             proj_names = next((p for p in family.projections if proj in p), None)
         if proj_names is None or proj not in proj_names:
@@ -105,11 +107,7 @@ def _plain(names, dims, index, L, kind):
         for n in names[r]["weight"]:
             expect(index, n, L, "bf16", io_dims(dims, r))
     gu, d = _pair(names, "weight")
-    E, H, I = dims.E, dims.H, dims.I
-    return "bf16", {}, {
-        "gate_up": BankSource("bf16", (2 * I, H), E, views(index, gu)),
-        "down": BankSource("bf16", (H, I), E, views(index, d)),
-    }
+    return "bf16", {}, {"gate_up": views(index, gu), "down": views(index, d)}
 
 
 def _block_size(index: SafetensorsIndex, names, dims: Dims, suffix: str, L: int) -> tuple[int, int]:
@@ -137,12 +135,9 @@ def _fp8(names, dims, index, L, kind, suffix="weight_scale_inv"):
             expect(index, n, L, "f32", (cdiv(o, bo), cdiv(i, bi)), " (float32 block scales)")
     gu, d = _pair(names, "weight")
     gus, ds = _pair(names, suffix)
-    E, H, I = dims.E, dims.H, dims.I
     return "fp8_block", {"block_size": [bo, bi]}, {
-        "gate_up": BankSource("f8_e4m3", (2 * I, H), E, views(index, gu)),
-        "down": BankSource("f8_e4m3", (H, I), E, views(index, d)),
-        "gate_up_scale": BankSource("f32", (2 * cdiv(I, bo), cdiv(H, bi)), E, views(index, gus)),
-        "down_scale": BankSource("f32", (cdiv(H, bo), cdiv(I, bi)), E, views(index, ds)),
+        "gate_up": views(index, gu), "down": views(index, d),
+        "gate_up_scale": views(index, gus), "down_scale": views(index, ds),
     }
 
 
@@ -154,13 +149,13 @@ def _scaled(names, dims, index, L, kind):
     if first.dtype not in ("i8", "u8"):
         raise UnsupportedError(f"layer {L}: expert tensor {first.name!r} is {first.dtype}; expected I8 (packed FP4) or F8_E4M3")
     return "ds_fp4", {"act_block": 128}, _e8m0_per32(
-        names, dims, index, L, what="FP4", weight_dtypes=("i8", "u8"), values_per_byte=2, scale="scale", bank_dtype="i8"
+        names, dims, index, L, what="FP4", weight_dtypes=("i8", "u8"), values_per_byte=2, scale="scale"
     )
 
 
-def _e8m0_per32(names, dims, index, L, *, what, weight_dtypes, values_per_byte, scale, bank_dtype):
+def _e8m0_per32(names, dims, index, L, *, what, weight_dtypes, values_per_byte, scale):
     """Experts with one E8M0 scale per 32 inputs (DeepSeek-V4 FP4, MXFP8): checks, then banks."""
-    E, H, I = dims.E, dims.H, dims.I
+    H, I = dims.H, dims.I
     if H % 32 or I % 32:
         raise SourceError(f"layer {L}: {what} experts need H and I multiples of 32 (H={H}, I={I})")
     why = " (two FP4 values per byte)" if values_per_byte == 2 else ""
@@ -172,12 +167,8 @@ def _e8m0_per32(names, dims, index, L, *, what, weight_dtypes, values_per_byte, 
             expect(index, n, L, ("e8m0", "u8"), (o, i // 32), " (one E8M0 scale per 32)")
     gu, d = _pair(names, "weight")
     gus, ds = _pair(names, scale)
-    return {
-        "gate_up": BankSource(bank_dtype, (2 * I, H // values_per_byte), E, views(index, gu)),
-        "down": BankSource(bank_dtype, (H, I // values_per_byte), E, views(index, d)),
-        "gate_up_scale": BankSource("e8m0", (2 * I, H // 32), E, views(index, gus)),
-        "down_scale": BankSource("e8m0", (H, I // 32), E, views(index, ds)),
-    }
+    return {"gate_up": views(index, gu), "down": views(index, d), "gate_up_scale": views(index, gus),
+            "down_scale": views(index, ds)}
 
 
 def _ct_fp8(names, dims, index, L, kind):
@@ -193,8 +184,7 @@ def _ct_fp8(names, dims, index, L, kind):
             f"float32 block scales or E8M0 per-32 scales (per-tensor/per-channel FP8 is not handled)"
         )
     return "mxfp8", {}, _e8m0_per32(
-        names, dims, index, L, what="MXFP8", weight_dtypes="f8_e4m3", values_per_byte=1, scale="weight_scale",
-        bank_dtype="f8_e4m3",
+        names, dims, index, L, what="MXFP8", weight_dtypes="f8_e4m3", values_per_byte=1, scale="weight_scale"
     )
 
 
@@ -207,7 +197,7 @@ def _nvfp4(names, dims, index, L, kind):
     """
     ct = kind == "nvfp4_ct"
     w_sfx, g_sfx = ("weight_packed", "weight_global_scale") if ct else ("weight", "weight_scale_2")
-    E, H, I = dims.E, dims.H, dims.I
+    H, I = dims.H, dims.I
     if H % 16 or I % 16:
         raise SourceError(f"layer {L}: NVFP4 experts need H and I multiples of 16 (H={H}, I={I})")
     for r in ROLES:
@@ -229,10 +219,7 @@ def _nvfp4(names, dims, index, L, kind):
     gu, d = _pair(names, w_sfx)
     gus, ds = _pair(names, "weight_scale")
     return "nvfp4", {}, {
-        "gate_up": BankSource("u8", (2 * I, H // 2), E, views(index, gu)),
-        "down": BankSource("u8", (H, I // 2), E, views(index, d)),
-        "gate_up_scale": BankSource("f8_e4m3", (2 * I, H // 16), E, views(index, gus)),
-        "down_scale": BankSource("f8_e4m3", (H, I // 16), E, views(index, ds)),
-        "gate_up_global": BankSource("f32", (2 * I,), E, globals_of(("gate", "up"), (I, I))),
-        "down_global": BankSource("f32", (H,), E, globals_of(("down",), (H,))),
+        "gate_up": views(index, gu), "down": views(index, d),
+        "gate_up_scale": views(index, gus), "down_scale": views(index, ds),
+        "gate_up_global": globals_of(("gate", "up"), (I, I)), "down_global": globals_of(("down",), (H,)),
     }

@@ -8,13 +8,12 @@ from typing import Callable
 
 import numpy as np
 
-from ftw.banks import BankSource, LayerBanks
+from ftw.banks import LayerBanks
 from ftw.errors import SourceError, UnsupportedError
-from ftw.formats import LayerFormat
 
 from ..safetensors_index import SafetensorsIndex
 from .base import Dims, ExpertGroup, Family
-from .common import ROLES, cdiv, check_names, expect, fit_block, io_dims, stacked_views
+from .common import ROLES, cdiv, check_names, expect, fit_block, io_dims, make_layer, stacked_views
 
 
 def stacked(family: Family, group: ExpertGroup, dims: Dims, index: SafetensorsIndex) -> LayerBanks:
@@ -24,8 +23,7 @@ def stacked(family: Family, group: ExpertGroup, dims: Dims, index: SafetensorsIn
             custom = _switch_mlp(group, dims, index)
         else:
             custom = _fused_bf16(group, dims, index)
-    fmt, options, banks = custom
-    return LayerBanks(group.layer, LayerFormat.of(fmt, {**options, **family.options(fmt)}), banks)
+    return make_layer(family, group.layer, dims, *custom)
 
 
 def _fused_bf16(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
@@ -44,10 +42,7 @@ def _fused_bf16(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
         raise UnsupportedError(f"layer {L}: stacked expert tensor {gu!r} is {first.dtype}; stacked experts must be bf16 or F8_E4M3")
     expect(index, gu, L, "bf16", (E, 2 * I, H), " ([E, 2I, H]: gate rows then up rows)")
     expect(index, d, L, "bf16", (E, H, I), " ([E, H, I])")
-    return "bf16", {}, {
-        "gate_up": BankSource("bf16", (2 * I, H), E, stacked_views(index, gu)),
-        "down": BankSource("bf16", (H, I), E, stacked_views(index, d)),
-    }
+    return "bf16", {}, {"gate_up": stacked_views(index, gu), "down": stacked_views(index, d)}
 
 
 def _fused_fp8(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
@@ -71,10 +66,9 @@ def _fused_fp8(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
     expect(index, n["gate_up_proj_scale_inv"], L, "f32", (E, 2 * I // bo, cdiv(H, bi)), f" (block {bo}x{bi})")
     expect(index, n["down_proj_scale_inv"], L, "f32", (E, cdiv(H, bo), cdiv(I, bi)), f" (block {bo}x{bi})")
     return "fp8_block", {"block_size": [bo, bi]}, {
-        "gate_up": BankSource("f8_e4m3", (2 * I, H), E, stacked_views(index, n["gate_up_proj"])),
-        "down": BankSource("f8_e4m3", (H, I), E, stacked_views(index, n["down_proj"])),
-        "gate_up_scale": BankSource("f32", (2 * I // bo, cdiv(H, bi)), E, stacked_views(index, n["gate_up_proj_scale_inv"])),
-        "down_scale": BankSource("f32", (cdiv(H, bo), cdiv(I, bi)), E, stacked_views(index, n["down_proj_scale_inv"])),
+        "gate_up": stacked_views(index, n["gate_up_proj"]), "down": stacked_views(index, n["down_proj"]),
+        "gate_up_scale": stacked_views(index, n["gate_up_proj_scale_inv"]),
+        "down_scale": stacked_views(index, n["down_proj_scale_inv"]),
     }
 
 
@@ -96,8 +90,8 @@ def _switch_mlp(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
             o, i = io_dims(dims, ROLES[projs.index(p)])
             expect(index, n[p, "weight"], L, "bf16", (E, o, i))
         return "bf16", {}, {
-            "gate_up": BankSource("bf16", (2 * I, H), E, _stacked_pair(index, n["gate_proj", "weight"], n["up_proj", "weight"])),
-            "down": BankSource("bf16", (H, I), E, stacked_views(index, n["down_proj", "weight"])),
+            "gate_up": _stacked_pair(index, n["gate_proj", "weight"], n["up_proj", "weight"]),
+            "down": stacked_views(index, n["down_proj", "weight"]),
         }
     w0, s0 = index.info(n["gate_proj", "weight"]), index.info(n["gate_proj", "scales"])
     if w0.dtype != "u32" or len(w0.shape) != 3 or len(s0.shape) != 3 or s0.dtype not in ("bf16", "f16", "f32"):
@@ -116,14 +110,12 @@ def _switch_mlp(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
     def pair(s: str):
         return _stacked_pair(index, n["gate_proj", s], n["up_proj", s])
 
-    return "affine", {"bits": bits, "group_size": gs}, {
-        "gate_up": BankSource("u32", (2 * I, H * bits // 32), E, pair("weight")),
-        "down": BankSource("u32", (H, I * bits // 32), E, stacked_views(index, n["down_proj", "weight"])),
-        "gate_up_scale": BankSource(sd, (2 * I, H // gs), E, pair("scales")),
-        "down_scale": BankSource(sd, (H, I // gs), E, stacked_views(index, n["down_proj", "scales"])),
-        "gate_up_offset": BankSource(sd, (2 * I, H // gs), E, pair("biases")),
-        "down_offset": BankSource(sd, (H, I // gs), E, stacked_views(index, n["down_proj", "biases"])),
+    rows = {
+        "gate_up": pair("weight"), "down": stacked_views(index, n["down_proj", "weight"]),
+        "gate_up_scale": pair("scales"), "down_scale": stacked_views(index, n["down_proj", "scales"]),
+        "gate_up_offset": pair("biases"), "down_offset": stacked_views(index, n["down_proj", "biases"]),
     }
+    return "affine", {"bits": bits, "group_size": gs}, rows, {k: sd for k in rows if k.endswith(("_scale", "_offset"))}
 
 
 def _stacked_pair(index: SafetensorsIndex, gate: str, up: str) -> Callable[[int], list[np.ndarray]]:
