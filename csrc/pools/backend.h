@@ -57,6 +57,9 @@ public:
     virtual void read(void* dst, const void* device_src, int64_t bytes) = 0;
     // The stream compute runs on (a cudaStream_t as an integer; 0 = the legacy stream).
     virtual void set_compute_stream(int64_t stream) {}
+    // Rows of at least this many bytes take the copy engines, smaller ones the copy kernel
+    // (CUDA only; the bench sets it to measure both mechanisms at every row size).
+    virtual void set_batch_min_row(int64_t bytes) {}
     // What the last submit used, for tests and the bench: ops by mechanism.
     int64_t last_batch_calls = 0;   // cudaMemcpyBatchAsync calls (host: memcpy batches)
     int64_t last_kernel_calls = 0;  // copy-kernel launches

@@ -155,10 +155,12 @@ class LayerView:
     row_bytes: tuple[int, ...]  # slot stride per bank; 0 if absent
     slot_of_expert: int  # address of [E] int32
     num_experts: int
+    staging_half: int = -1  # Python only: the staging half a prefill pass reads, -1 = the cache
 
     @classmethod
-    def of(cls, d: dict) -> "LayerView":
-        return cls(d["num_banks"], tuple(d["bank_base"]), tuple(d["row_bytes"]), d["slot_of_expert"], d["num_experts"])
+    def of(cls, d: dict, staging_half: int = -1) -> "LayerView":
+        return cls(d["num_banks"], tuple(d["bank_base"]), tuple(d["row_bytes"]), d["slot_of_expert"],
+                   d["num_experts"], staging_half)
 
 
 def _bytes_view(a):
@@ -296,7 +298,7 @@ class SlotPools:
         for g, group in enumerate(groups):
             half, view = staged[g]
             self._p.join(1 + half)
-            yield LayerView.of(view), list(group)
+            yield LayerView.of(view, half), list(group)
             self._p.release(1 + half)  # the kernel just queued is this half's last reader
             if g + 2 < len(groups):
                 staged.append(self._stage(layer, groups[g + 2]))
