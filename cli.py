@@ -218,35 +218,53 @@ def convert(src, dst, layers, experts_only, compress, threads, dry_run, force, a
 @cli.command()
 @click.argument("src", type=click.Path())
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--experts", default=3, show_default=True, help="Experts per layer to dequantize and compare.")
+@click.option("--experts", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Experts per layer decoded from both the file and the source's own tensors.")
+@click.option("--runtime", type=click.Choice(["none", "cpu", "cuda", "auto"]), default="none", show_default=True,
+              help="Also push random tokens through a runtime (auto: cuda where a GPU is, else cpu).")
+@click.option("--strict", is_flag=True, help="A layer the runtime cannot run fails the check.")
+@click.option("--seed", type=int, help="Seed of the runtime step's random tokens.")
 @click.option("--threads", type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True)
-def check(src, file, experts, threads, as_json) -> None:
-    """Prove FILE holds SRC's experts: checksums, bit-exact banks, dequantized samples."""
+def check(src, file, experts, runtime, strict, seed, threads, as_json) -> None:
+    """Prove FILE holds what converting SRC gives: model, layers, formats, every bank byte,
+    tensors and attachments; sample experts decoded from the file and from SRC's own tensors;
+    with --runtime, random tokens through the CPU executor or the GPU pools and kernels."""
     import ftw
     from ftw.check import check as run_check
+    from ftw.readers import open_checkpoint
 
-    with ftw.open(file) as f, progress_bar(sum(b.nbytes for _, b in f.blobs()), "check", as_json) as advance:
-        report = run_check(src, f, experts=experts, threads=threads,
-                           progress=lambda n=0, layers=0: advance(n, layers, len(f.layers)))
+    with ftw.open(file) as f, open_checkpoint(src) as reader, \
+            progress_bar(sum(b.nbytes for _, b in f.blobs()), "check", as_json) as advance:
+        report = run_check(reader, f, experts=experts, runtime=runtime, strict=strict, seed=seed,
+                           threads=threads, progress=lambda n=0, layers=0: advance(n, layers, len(f.layers)))
     if as_json:
         emit_json(report.to_json())
     else:
-        t = Table(title=f"ftw check {lit(src)} -> {lit(file)}", title_justify="left")
-        for c in ("layer", "format", "banks", "bytes compared", "experts dequantized", "max |error|", "result"):
+        t = Table(title=f"ftw check {lit(src)} -> {lit(file)}: {lit(report.selection)}", title_justify="left")
+        cols = ["layer", "format", "banks", "bytes compared", "experts decoded", "max |error|", "max rel error"]
+        if report.runtime != "none":
+            cols.append(f"{report.runtime}: tokens, rel error")
+        for c in cols + ["result"]:
             t.add_column(c, justify="left" if c in ("format", "result") else "right")
         for r in report.layers.values():
-            t.add_row(str(r.layer), lit(r.format), str(r.banks), human(r.bytes_compared), str(r.experts_dequantized),
-                      f"{r.max_abs_err:.3g}",
-                      (f"[red]{escape(r.problems[0])}[/]" if not r.ok else
-                       "[green]ok[/]" + (f" [yellow]({escape(r.notes[0])})[/]" if r.notes else "")))
+            row = [str(r.layer), lit(r.format), str(r.banks), human(r.bytes_compared), str(r.experts_decoded),
+                   f"{r.max_abs_err:.3g}", f"{r.max_rel_err:.3g}"]
+            if report.runtime != "none":
+                rt = r.runtime or {}
+                row.append(f"{rt['tokens']}, {rt['max_rel_err']:.2g}" if rt.get("run")
+                           else f"not run on {report.runtime}" if rt else "-")
+            row.append(f"[red]{escape(r.problems[0])}[/]" if not r.ok else
+                       "[green]ok[/]" + (f" [yellow]({escape(r.notes[0])})[/]" if r.notes else ""))
+            t.add_row(*row)
         out.print(t)
-        out.print(f"container checksums ok; {report.tensors_compared} other tensors "
+        out.print(f"model and selection compared; {report.tensors_compared} other tensors "
                   f"({human(report.tensor_bytes_compared)}) and {report.attachments_compared} attachments compared")
+        for p in report.all_problems():
+            out.print(f"[red]difference:[/] {escape(p)}")
     if not report.ok:
-        bad = [p for r in report.layers.values() for p in (f"layer {r.layer}: {x}" for x in r.problems)]
-        raise FtwError(f"{file}: {len(bad) + len(report.problems)} mismatch(es) with {src}; first: "
-                       f"{(bad + report.problems)[0]}")
+        problems = report.all_problems()
+        raise FtwError(f"{file}: {len(problems)} difference(s) from {src}; first: {problems[0]}")
 
 
 # -- plan ---------------------------------------------------------------------------------

@@ -50,6 +50,10 @@ class LayerBanks:
     layer: int
     format: LayerFormat
     banks: dict[str, BankSource]
+    # expert -> the source's own projections {"gate": parts, "up": ..., "down": ..., biases},
+    # taken from the checkpoint's tensors without the bank builders' re-laying: `ftw check`
+    # decodes it with the format's decode_projection as an independent reference
+    reference: Callable[[int], dict] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -77,6 +81,20 @@ class LayerBanks:
     def decode_expert(self, e: int) -> dict[str, np.ndarray]:
         """Expert e's float64 weights through the format's reference decoder."""
         return self.format.decode({n: b.row_array(e) for n, b in self.banks.items()}, *self.dims())
+
+    def reference_expert(self, e: int) -> dict[str, np.ndarray] | None:
+        """Expert e's float64 weights decoded from the source's own tensors, per projection."""
+        if self.reference is None:
+            return None
+        from .formats.codes import floats
+
+        src = self.reference(e)
+        fmt, options = self.format.format, self.format.options
+        out = {role: fmt.decode_projection(src[role], options) for role in ("gate", "up", "down")}
+        for k in ("gate_bias", "up_bias", "down_bias"):
+            if k in src:
+                out[k] = floats(src[k])
+        return out
 
     def check(self, H: int, I: int, where: str) -> None:  # noqa: E741
         """Every bank against the format: FormatError naming the layer and bank."""

@@ -1,9 +1,19 @@
-"""`ftw check`: prove an FTW file holds what its source checkpoint holds.
+"""`ftw check`: prove an FTW file holds exactly what converting its source would produce.
 
-A check is a list of steps; each step adds findings per layer to one report. The steps here
-are the container's own integrity, bit-exact banks against the source reader, and
-dequantized sample experts from both sides. Runtime steps (CPU executor, GPU slot pools)
-plug in by appending to STEPS.
+The expected content is what `plan_conversion` makes of the source with the selection the
+file records (`--layers`, `--experts-only`): the model shape (activation included), the MoE
+layers and their formats, every bank (dtype, shape, the bytes of every expert), every
+non-expert tensor (dtype, shape, meta, bytes) and every attachment. Each difference is named,
+what the source has and what the file has, not only the first.
+
+Bytes equal to what the reader re-lays cannot catch a reader that re-lays wrongly, so sample
+experts are also decoded two independent ways: the FTW rows through the format's decoder,
+and the SOURCE tensors as the checkpoint names them (gate, up and down separately) through
+the format's per-projection decoder (LayerBanks.reference). Runtime steps (`--runtime cpu`,
+`cuda`) push random tokens through the executors and compare with a float64 MoE computed
+from those source weights.
+
+The caller opens the source and passes its reader: ftw/ does not import the readers.
 """
 
 from __future__ import annotations
@@ -16,7 +26,11 @@ import numpy as np
 
 from .container import FtwFile
 from .errors import FtwError, UnsupportedError
+from .layer_ranges import format_layers
 from .mapped import release_pages
+
+RUNTIMES = ("none", "cpu", "cuda", "auto")
+DECODE_RTOL = 2.0**-23  # bytes are equal; only compressed-tensors' reciprocal global (2^-24) may show
 
 
 @dataclass
@@ -25,8 +39,10 @@ class LayerResult:
     format: str
     banks: int = 0
     bytes_compared: int = 0
-    experts_dequantized: int = 0
+    experts_decoded: int = 0
     max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    runtime: dict | None = None  # {"runtime", "tokens", "max_rel_err", ...} of a runtime step
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be checked, and why
 
@@ -34,76 +50,133 @@ class LayerResult:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def result(self) -> str:
+        return "ok" if self.ok else "FAIL"
+
 
 @dataclass
 class CheckReport:
     source: str
     file: str
+    selection: str = ""  # "layers 1-2 of 0-3 (converted with --layers 1-2)"
+    runtime: str = "none"
+    strict: bool = False
     layers: dict[int, LayerResult] = field(default_factory=dict)
     tensors_compared: int = 0
     tensor_bytes_compared: int = 0
     attachments_compared: int = 0
     problems: list[str] = field(default_factory=list)  # not tied to one layer
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems and all(r.ok for r in self.layers.values())
 
+    def all_problems(self) -> list[str]:
+        return self.problems + [f"layer {r.layer}: {p}" for r in self.layers.values() for p in r.problems]
+
     def to_json(self) -> dict:
         return {
-            "source": self.source, "file": self.file, "ok": self.ok,
-            "layers": [vars(r) | {"ok": r.ok} for r in self.layers.values()],
+            "source": self.source, "file": self.file, "ok": self.ok, "selection": self.selection,
+            "runtime": self.runtime, "strict": self.strict,
+            "layers": [vars(r) | {"ok": r.ok, "result": r.result} for r in self.layers.values()],
             "tensors_compared": self.tensors_compared,
             "tensor_bytes_compared": self.tensor_bytes_compared,
             "attachments_compared": self.attachments_compared,
-            "problems": self.problems,
+            "problems": self.problems, "notes": self.notes,
         }
 
 
 @dataclass
 class CheckContext:
     f: FtwFile
-    reader: object  # a readers.CheckpointReader
-    plan: dict  # layer -> LayerBanks from the source reader
+    reader: object  # a ftw.readers.CheckpointReader
+    plan: object  # the ConvertPlan the file's selection gives
     report: CheckReport
-    experts: int  # sample experts per layer for numeric steps
+    experts: int  # sample experts per layer for the decoding step
     threads: int
     progress: Callable[..., None]
+    seed: int | None = None
+
+    def layer_result(self, layer: int) -> LayerResult:
+        r = self.report.layers.get(layer)
+        if r is None:
+            fmt = self.f.layer_formats.get(layer)
+            r = self.report.layers[layer] = LayerResult(layer, fmt.key() if fmt else "-")
+        return r
+
+    def common_layers(self):
+        """Layers both the source's plan and the file have, with the source's LayerBanks."""
+        return [(lb.layer, lb) for lb in self.plan.layers if lb.layer in self.f.layers]
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
+def _short(v, n: int = 80) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# -- steps ------------------------------------------------------------------------------------
+
+
 def step_container(ctx: CheckContext) -> None:
     ctx.f.verify(threads=ctx.threads, progress=ctx.progress)
 
 
-def step_bytes(ctx: CheckContext) -> None:
+def step_model(ctx: CheckContext) -> None:
+    src, have = ctx.reader.model.to_json(), (ctx.f.model.to_json() if ctx.f.model else None)
+    if have is None:
+        ctx.report.problems.append("model: the file records none; the source's is " + _short(src))
+        return
+    for key in sorted(set(src) | set(have)):
+        if src.get(key) != have.get(key):
+            ctx.report.problems.append(f"model.{key}: source {_short(src.get(key))}, file {_short(have.get(key))}")
+
+
+def step_layers(ctx: CheckContext) -> None:
+    """The file's MoE layers against the selection it records."""
+    want = {lb.layer for lb in ctx.plan.layers}
+    for layer in sorted(want - set(ctx.f.layers)):
+        ctx.layer_result(layer).problems.append("in the source (and the file's selection), missing from the file")
+    for layer in sorted(set(ctx.f.layers) - want):
+        ctx.layer_result(layer).problems.append("in the file, not in the source's selection "
+                                                f"({ctx.report.selection})")
+
+
+def step_banks(ctx: CheckContext) -> None:
     f = ctx.f
-    for layer, lb in ctx.plan.items():
-        r = ctx.report.layers[layer]
+    for layer, lb in ctx.common_layers():
+        r = ctx.layer_result(layer)
         fmt = f.layer_formats[layer]
         if fmt != lb.format:
-            r.problems.append(f"format {fmt} in FTW, {lb.format} in source")
+            r.problems.append(f"format: source {lb.format}, file {fmt}")
             continue
-        if set(f.layers[layer]) != set(lb.banks):
-            r.problems.append(f"banks {sorted(f.layers[layer])} in FTW, {sorted(lb.banks)} in source")
-            continue
-        for name, src in lb.banks.items():
-            info = f.layers[layer][name]
+        have, want = set(f.layers[layer]), set(lb.banks)
+        for name in sorted(want - have):
+            r.problems.append(f"bank {name}: in the source, missing from the file")
+        for name in sorted(have - want):
+            r.problems.append(f"bank {name}: in the file, not in the source")
+        for name in sorted(have & want):
+            src, info = lb.banks[name], f.layers[layer][name]
             r.banks += 1
             if info.dtype != src.dtype or info.shape != (src.num_experts, *src.row_shape):
-                r.problems.append(f"bank {name}: {info.dtype} {list(info.shape)} in FTW, "
-                                  f"{src.dtype} {[src.num_experts, *src.row_shape]} in source")
+                r.problems.append(f"bank {name}: source {src.dtype} {[src.num_experts, *src.row_shape]}, "
+                                  f"file {info.dtype} {list(info.shape)}")
                 continue
+            differ = []
             for e in range(src.num_experts):
                 a, b = _u8(f.expert_row(layer, name, e)), _u8(src.row_array(e))
                 if not np.array_equal(a, b):
-                    first = int(np.flatnonzero(a != b)[0])
-                    r.problems.append(f"bank {name} expert {e}: bytes differ from byte {first}")
-                    break
+                    differ.append(e)
                 r.bytes_compared += a.nbytes
+            if differ:
+                r.problems.append(f"bank {name}: bytes of {len(differ)} of {src.num_experts} experts differ "
+                                  f"from the source (experts {format_layers(differ[:8])}"
+                                  f"{', ...' if len(differ) > 8 else ''})")
         # both sides are memory-mapped: drop what this layer touched, or RSS grows to the model
         ctx.reader.release_pages()
         release_pages(f.mm)
@@ -117,89 +190,142 @@ def sample_experts(num_experts: int, count: int) -> list[int]:
     return sorted({round(i * (num_experts - 1) / max(count - 1, 1)) for i in range(count)})
 
 
-def step_dequant(ctx: CheckContext) -> None:
+def compare_weights(r: LayerResult, e: int, ours: dict, theirs: dict, where: str) -> bool:
+    if set(ours) != set(theirs):
+        r.problems.append(f"expert {e}: decodes to {sorted(ours)} in the file, {sorted(theirs)} {where}")
+        return False
+    ok = True
+    for k, w in ours.items():
+        ref = theirs[k]
+        if ref.shape != w.shape:
+            r.problems.append(f"expert {e} {k}: shape {list(w.shape)} in the file, {list(ref.shape)} {where}")
+            ok = False
+            continue
+        if not w.size:
+            continue
+        err = float(np.nanmax(np.abs(w - ref)))
+        scale = float(np.nanmax(np.abs(ref)))
+        rel = err / scale if scale else (0.0 if err == 0 else float("inf"))
+        r.max_abs_err, r.max_rel_err = max(r.max_abs_err, err), max(r.max_rel_err, rel)
+        if rel > DECODE_RTOL or np.isnan(w).sum() != np.isnan(ref).sum():
+            r.problems.append(f"expert {e} {k}: max |error| {err:.3g} against max |w| {scale:.3g} {where}")
+            ok = False
+    return ok
+
+
+def step_decode(ctx: CheckContext) -> None:
     f = ctx.f
-    reference = getattr(ctx.reader, "reference_expert", None)
-    for layer, lb in ctx.plan.items():
-        r = ctx.report.layers[layer]
+    for layer, lb in ctx.common_layers():
+        r = ctx.layer_result(layer)
         if not r.ok:
             continue
-        fmt = lb.format
         num_experts = next(iter(lb.banks.values())).num_experts
-        H, I = ctx.reader.model.hidden_size, ctx.reader.model.intermediate_size(layer)
+        where = "decoded from the source's own tensors"
+        if lb.reference is None:
+            where = "decoded from the reader's banks"
+            r.notes.append("no independent reference for this layout: compared with the reader's banks")
         for e in sample_experts(num_experts, ctx.experts):
             try:
-                ours = f.decode_expert(layer, e)
+                with np.errstate(all="ignore"):
+                    ours = f.decode_expert(layer, e)
+                    theirs = lb.reference_expert(e) if lb.reference is not None else lb.decode_expert(e)
             except UnsupportedError as err:
-                r.notes.append(f"not dequantized: {err}")  # the bytes were still compared
+                r.notes.append(f"not decoded: {err}")  # the bytes were still compared
                 break
-            # the source side: the reader's own float reference when it has one (decoded from
-            # the source tensors), else the source's canonical rows through the same decoder
-            theirs = reference(layer, e) if reference else None
-            if theirs is None:
-                theirs = fmt.decode({n: b.row_array(e) for n, b in lb.banks.items()}, H, I)
-            if set(ours) != set(theirs):
-                r.problems.append(f"expert {e}: decodes to {sorted(ours)} here, {sorted(theirs)} in the source")
+            if not compare_weights(r, e, ours, theirs, where):
                 break
-            for k, w in ours.items():
-                if theirs[k].shape != w.shape:
-                    r.problems.append(f"expert {e} {k}: shape {w.shape} differs from the source's {theirs[k].shape}")
-                    break
-                err = float(np.nanmax(np.abs(w - theirs[k]))) if w.size else 0.0
-                scale = float(np.nanmax(np.abs(theirs[k]))) if w.size else 0.0
-                r.max_abs_err = max(r.max_abs_err, err)
-                if err > 1e-6 * max(scale, 1e-30):  # bytes are equal: only the documented
-                    # compressed-tensors reciprocal global (2^-24 relative) may show here
-                    r.problems.append(f"expert {e} {k}: max |error| {err:.3g} (scale {scale:.3g})")
-            else:
-                r.experts_dequantized += 1
+            r.experts_decoded += 1
 
 
 def step_tensors(ctx: CheckContext) -> None:
-    f = ctx.f
-    rep = ctx.report
-    src = {t.name: t for t in ctx.reader.tensors()}
-    for name, info in f.tensors.items():
-        if name not in src:
-            rep.problems.append(f"tensor {name}: in FTW, not in the source")
+    f, rep = ctx.f, ctx.report
+    want = {t.name: t for t in ctx.plan.tensors}
+    for name in sorted(set(want) - set(f.tensors)):
+        rep.problems.append(f"tensor {name}: in the source, missing from the file")
+    for name in sorted(set(f.tensors) - set(want)):
+        rep.problems.append(f"tensor {name}: in the file, not in the source's selection")
+    for name in sorted(set(want) & set(f.tensors)):
+        src, info = want[name], f.tensors[name]
+        rep.tensors_compared += 1
+        if info.dtype != src.dtype or tuple(info.shape) != tuple(src.shape):
+            rep.problems.append(f"tensor {name}: source {src.dtype} {list(src.shape)}, file {info.dtype} {list(info.shape)}")
             continue
-        a, b = _u8(f.tensor(name)), _u8(src[name].data())
+        if (info.meta or {}) != (src.meta or {}):
+            rep.problems.append(f"tensor {name}: meta {_short(info.meta)} in the file, {_short(src.meta)} in the source")
+        a, b = _u8(f.tensor(name)), _u8(src.data())
         if not np.array_equal(a, b):
             rep.problems.append(f"tensor {name}: bytes differ from the source")
-        rep.tensors_compared += 1
         rep.tensor_bytes_compared += a.nbytes
-    attachments = ctx.reader.attachments()
-    for name in f.attachments:
-        if attachments.get(name) != f.attachment(name):
-            rep.problems.append(f"attachment {name}: differs from the source")
+    want_att = ctx.plan.attachments
+    for name in sorted(set(want_att) - set(f.attachments)):
+        rep.problems.append(f"attachment {name}: in the source, missing from the file")
+    for name in sorted(set(f.attachments) - set(want_att)):
+        rep.problems.append(f"attachment {name}: in the file, not in the source")
+    for name in sorted(set(want_att) & set(f.attachments)):
         rep.attachments_compared += 1
+        if f.attachment(name) != want_att[name]:
+            rep.problems.append(f"attachment {name}: bytes differ from the source")
 
 
-STEPS: list[Callable[[CheckContext], None]] = [step_container, step_bytes, step_dequant, step_tensors]
+STEPS: list[Callable[[CheckContext], None]] = [
+    step_container, step_model, step_layers, step_banks, step_decode, step_tensors,
+]
 
 
-def check(src: str | os.PathLike, path: str | os.PathLike | FtwFile, *, experts: int = 3,
-          threads: int | None = None, progress: Callable[..., None] | None = None) -> CheckReport:
-    """path may be an open FtwFile (the caller keeps it open); progress(nbytes, layers=0)."""
+def selection_text(f: FtwFile, model_layers: list[int]) -> str:
+    sel = f.selection
+    have = format_layers(sorted(f.layers)) or "none"
+    text = f"layers {have} of {format_layers(model_layers) or 'none'}"
+    how = []
+    if sel.layers is not None:
+        how.append(f"--layers {format_layers(list(sel.layers))}")
+    if sel.experts_only:
+        how.append("--experts-only")
+    return text + (f" (converted with {' '.join(how)})" if how else "")
+
+
+def resolve_runtime(runtime: str) -> str:
+    if runtime not in RUNTIMES:
+        raise FtwError(f"--runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    if runtime != "auto":
+        return runtime
+    from .runtime import cuda_device_count
+
+    return "cuda" if cuda_device_count() > 0 else "cpu"
+
+
+def check(reader, path: str | os.PathLike | FtwFile, *, experts: int = 3, runtime: str = "none",
+          strict: bool = False, threads: int | None = None, seed: int | None = None,
+          progress: Callable[..., None] | None = None) -> CheckReport:
+    """reader: the opened source (ftw.readers.open_checkpoint); path: an FTW path or an open
+    FtwFile (the caller keeps it open); progress(nbytes, layers=0)."""
     from contextlib import nullcontext
 
-    from ftw.readers import open_checkpoint
-
     from .container import open as open_ftw
+    from .writers.convert import plan_conversion
 
+    runtime = resolve_runtime(runtime)
     opened = nullcontext(path) if isinstance(path, FtwFile) else open_ftw(path)
-    with opened as f, open_checkpoint(src) as reader:
-        path = f.path
-        report = CheckReport(os.fspath(src), path)
-        layers = sorted(f.layers)
-        missing = [l for l in layers if l not in reader.model.moe_layers]
-        if missing:
-            raise FtwError(f"{path}: layer {missing[0]} is not a MoE layer of {src}")
-        plan = {lb.layer: lb for lb in reader.plan(layers)}
-        for layer in layers:
-            report.layers[layer] = LayerResult(layer, f.layer_formats[layer].key())
+    with opened as f:
+        report = CheckReport(str(reader.path), f.path, runtime=runtime, strict=strict)
+        report.selection = selection_text(f, reader.model.moe_layers)
+        sel = f.selection
+        try:
+            plan = plan_conversion(reader, None if sel.layers is None else list(sel.layers), sel.experts_only)
+        except FtwError as e:  # the recorded selection names layers the source does not have
+            report.problems.append(f"selection: {e}")
+            return report
+        for layer in sorted(set(f.layers) | {lb.layer for lb in plan.layers}):
+            ctx_fmt = f.layer_formats.get(layer)
+            report.layers[layer] = LayerResult(layer, (ctx_fmt or next(lb.format for lb in plan.layers
+                                                                         if lb.layer == layer)).key())
         ctx = CheckContext(f, reader, plan, report, experts, threads or min(4, os.cpu_count() or 1),
-                           progress or (lambda n=0, layers=0: None))
-        for step in STEPS:
+                           progress or (lambda n=0, layers=0: None), seed)
+        steps = list(STEPS)
+        if runtime != "none":
+            from .runtime.check_step import runtime_step
+
+            steps.append(runtime_step(runtime))
+        for step in steps:
             step(ctx)
         return report

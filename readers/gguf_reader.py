@@ -326,7 +326,39 @@ class GgufReader(CheckpointReader):
         rows = {name: self._rows(p) for name, p in parts.items()}
         dtypes = {name: BIAS_DTYPES[b[0].type.name] for name, b in lay.biases.items()}
         m = self.model
-        return LayerBanks.build(lay.layer, lay.format, m.hidden_size, lay.I, m.num_experts, rows, dtypes)
+        lb = LayerBanks.build(lay.layer, lay.format, m.hidden_size, lay.I, m.num_experts, rows, dtypes)
+        lb.reference = self._reference(lay)
+        return lb
+
+    def _reference(self, lay: _Layer):
+        """Expert e's gate, up and down as the GGUF stores them ({"weight": raw ggml rows,
+        "type": its ggml type}), taken per tensor with no bank assembly: ftw check's
+        independent reference (readers/families/reference.py explains why)."""
+        I, gu, down = lay.I, lay.parts["gate_up"], lay.parts["down"][0]
+
+        def rows(info: TensorInfo, e: int, lo: int = 0, hi: int | None = None) -> dict:
+            return {"weight": self._view(info)[e][lo:hi], "type": info.type.name}
+
+        def floats(info: TensorInfo, e: int) -> np.ndarray:
+            return self._view(info)[e].reshape(-1).view(numpy_dtype(BIAS_DTYPES[info.type.name]))
+
+        def ref(e: int) -> dict:
+            if len(gu) == 1:  # fused ffn_gate_up_exps: gate rows, then up rows
+                out = {"gate": rows(gu[0], e, 0, I), "up": rows(gu[0], e, I)}
+            else:
+                out = {"gate": rows(gu[0], e), "up": rows(gu[1], e)}
+            out["down"] = rows(down, e)
+            b = lay.biases.get("gate_up_bias", [])
+            if len(b) == 1:
+                v = floats(b[0], e)
+                out["gate_bias"], out["up_bias"] = v[:I], v[I:]
+            elif len(b) == 2:
+                out["gate_bias"], out["up_bias"] = floats(b[0], e), floats(b[1], e)
+            if "down_bias" in lay.biases:
+                out["down_bias"] = floats(lay.biases["down_bias"][0], e)
+            return out
+
+        return ref
 
     def _rows(self, parts: list[TensorInfo]) -> RowPieces:
         # a view of the map reads nothing, and the writer never reads one: it copies the

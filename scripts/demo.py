@@ -37,6 +37,7 @@ def main() -> int:
 
     from ftw.cli import human
     from ftw.check import check
+    from ftw.readers import open_checkpoint
     from ftw.errors import FtwError
     from ftw.layer_ranges import format_layers
     from ftw.writers.convert import convert
@@ -48,7 +49,8 @@ def main() -> int:
         t = time.perf_counter()
         try:
             plan = convert(src, dst, force=True)
-            report = check(src, dst)
+            with open_checkpoint(src) as reader:
+                report = check(reader, dst)
             groups: dict[str, list[int]] = {}
             for lb in plan.layers:
                 groups.setdefault(lb.format.key(), []).append(lb.layer)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ftw
-from ftw.check import check
+from checking import check
 from ftw.mapped import FileMap, file_span
 from ftw.writers.convert import convert
 

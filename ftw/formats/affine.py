@@ -54,3 +54,9 @@ class Affine(ExpertFormat):
             return q * repeat_blocks(floats(rows[p + "_scale"]), cols) + repeat_blocks(floats(rows[p + "_offset"]), cols)
 
         return split_gate_up(one("gate_up"), I, one("down"))
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        q = unpack_bits(parts["weight"], options["bits"])
+        cols = q.shape[-1]
+        return q * repeat_blocks(floats(parts["scale"]), cols) + repeat_blocks(floats(parts["offset"]), cols)

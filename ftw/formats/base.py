@@ -99,6 +99,14 @@ class ExpertFormat:
         raise NotImplementedError
 
     @classmethod
+    def decode_projection(cls, parts: Mapping[str, Any], options: Mapping[str, Any]) -> np.ndarray:
+        """One projection (gate, up or down) of one expert, decoded from the SOURCE tensors as
+        the checkpoint stores them ({"weight", "scale", ...}: see Reference in ftw/banks.py) to
+        float64 [out, in]. It shares no layout code with `decode`, which reads the fused banks:
+        `ftw check` compares the two, so a reader that re-lays the source wrongly shows."""
+        raise NotImplementedError
+
+    @classmethod
     def infer_dims(cls, shapes: Mapping[str, tuple[int, ...]], options: Mapping[str, Any]) -> tuple[int, int]:
         """(H, I) from a layer's bank row shapes, for files whose index carries no model:
         every format stores down as [H, ...] rows and gate_up as [2I, ...] rows."""

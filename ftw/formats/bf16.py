@@ -24,3 +24,7 @@ class Bf16(ExpertFormat):
     @classmethod
     def decode(cls, rows, H, I, options):
         return add_biases(split_gate_up(bf16(rows["gate_up"]), I, bf16(rows["down"])), rows, I, bf16)
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        return bf16(parts["weight"])

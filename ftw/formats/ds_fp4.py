@@ -8,7 +8,7 @@ quantization_config) says how a block's scale is formed (docs/FORMAT.md).
 from __future__ import annotations
 
 from .base import ExpertFormat, Option, one_of, positive_int, register
-from .mxfp4 import decode_fp4, fp4_banks
+from .mxfp4 import decode_fp4, decode_fp4_projection, fp4_banks
 
 
 @register
@@ -30,3 +30,7 @@ class DsFp4(ExpertFormat):
     @classmethod
     def decode(cls, rows, H, I, options):
         return decode_fp4(rows, I)
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        return decode_fp4_projection(parts)

@@ -50,3 +50,10 @@ class Fp8Block(ExpertFormat):
         d = rows["down"]
         return split_gate_up(one(rows["gate_up"], rows["gate_up_scale"], gu_scale_row), I,
                              one(d, rows["down_scale"], np.arange(d.shape[0]) // bo))
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        w = E4M3[np.asarray(parts["weight"]).view(np.uint8)]
+        bo, bi = cls.block(options)
+        s = floats(parts["scale"])
+        return w * np.repeat(np.repeat(s, bo, axis=0), bi, axis=1)[: w.shape[0], : w.shape[1]]

@@ -94,3 +94,15 @@ class Gguf(ExpertFormat):
             raise UnsupportedError(f"gguf.quants cannot decode {gate_t.name}/{up_t.name}/{down_t.name}: {e}") from None
         w = {"gate": gate.astype(np.float64), "up": up.astype(np.float64), "down": down.astype(np.float64)}
         return add_biases(w, rows, I, lambda a: np.asarray(a, dtype=np.float64))
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        """parts: {"weight": the projection's raw ggml rows [out, row bytes], "type": its ggml type name}."""
+        from gguf import GGMLQuantizationType as Q
+        from gguf.quants import dequantize
+
+        w = np.asarray(parts["weight"]).view(np.uint8)
+        try:
+            return dequantize(w.reshape(w.shape[0], -1), Q[parts["type"]]).astype(np.float64)
+        except NotImplementedError as e:
+            raise UnsupportedError(f"gguf.quants cannot decode {parts['type']}: {e}") from None

@@ -5,6 +5,8 @@ and the decoder (fp4_banks, decode_fp4) and differs in options and biases."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import (BankSpec, ExpertFormat, add_biases, bias_banks,
                    register, split_gate_up)
 from .codes import E8M0, bf16, fp4, repeat_blocks
@@ -27,6 +29,13 @@ def decode_fp4(rows, I):  # noqa: E741
     return split_gate_up(one("gate_up"), I, one("down"))
 
 
+def decode_fp4_projection(parts) -> np.ndarray:
+    """e2m1 bytes as stored ([out, in/2], or gpt-oss's [out, in/32, 16]) with E8M0 scales per 32."""
+    w = np.asarray(parts["weight"])
+    v = fp4(w.reshape(w.shape[0], -1))
+    return v * repeat_blocks(E8M0[np.asarray(parts["scale"]).view(np.uint8).reshape(w.shape[0], -1)], v.shape[-1])
+
+
 @register
 class Mxfp4(ExpertFormat):
     name = "mxfp4"
@@ -41,3 +50,7 @@ class Mxfp4(ExpertFormat):
     @classmethod
     def decode(cls, rows, H, I, options):
         return add_biases(decode_fp4(rows, I), rows, I, bf16)
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        return decode_fp4_projection(parts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import BankSpec, ExpertFormat, register, split_gate_up
 from .codes import E4M3, E8M0, repeat_blocks
 
@@ -28,3 +30,8 @@ class Mxfp8(ExpertFormat):
             return v * repeat_blocks(E8M0[rows[p + "_scale"]], v.shape[-1])
 
         return split_gate_up(one("gate_up"), I, one("down"))
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        v = E4M3[np.asarray(parts["weight"]).view(np.uint8)]
+        return v * repeat_blocks(E8M0[np.asarray(parts["scale"]).view(np.uint8)], v.shape[-1])

@@ -7,6 +7,8 @@ global, up rows up's. compressed-tensors stores the inverse; its reader stores t
 
 from __future__ import annotations
 
+import numpy as np
+
 from .base import BankSpec, ExpertFormat, register, split_gate_up
 from .codes import E4M3, fp4, repeat_blocks
 
@@ -35,3 +37,12 @@ class Nvfp4(ExpertFormat):
             return v * repeat_blocks(E4M3[rows[p + "_scale"]], v.shape[-1]) * rows[p + "_global"].astype(float)[:, None]
 
         return split_gate_up(one("gate_up"), I, one("down"))
+
+    @classmethod
+    def decode_projection(cls, parts, options):
+        """ModelOpt: w = e2m1 * scale * weight_scale_2; compressed-tensors: w = e2m1 * scale / global."""
+        v = fp4(np.asarray(parts["weight"]).reshape(len(parts["weight"]), -1))
+        s = repeat_blocks(E4M3[np.asarray(parts["scale"]).view(np.uint8)], v.shape[-1])
+        if "global_inverse" in parts:
+            return v * s / float(np.asarray(parts["global_inverse"]).reshape(-1)[0])
+        return v * s * float(np.asarray(parts["global"]).reshape(-1)[0])

@@ -12,6 +12,7 @@ from ftw.errors import SourceError, UnsupportedError
 from ftw.spec import decimal_index
 
 from ..safetensors_index import SafetensorsIndex
+from . import reference
 from .base import Dims, ExpertGroup, Family, short
 from .common import ROLES, cdiv, expect, fit_block, io_dims, make_layer, views
 
@@ -62,7 +63,9 @@ def per_expert(family: Family, group: ExpertGroup, dims: Dims, index: Safetensor
         "nvfp4_modelopt": _nvfp4,
         "nvfp4_ct": _nvfp4,
     }[kind]
-    return make_layer(family, L, dims, *build(names, dims, index, L, kind))
+    lb = make_layer(family, L, dims, *build(names, dims, index, L, kind))
+    lb.reference = reference.per_expert(kind, names, index)
+    return lb
 
 
 def _parse_per_expert(family: Family, group: ExpertGroup, E: int):

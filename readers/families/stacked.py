@@ -12,6 +12,7 @@ from ftw.banks import LayerBanks
 from ftw.errors import SourceError, UnsupportedError
 
 from ..safetensors_index import SafetensorsIndex
+from . import reference
 from .base import Dims, ExpertGroup, Family
 from .common import ROLES, cdiv, check_names, expect, fit_block, io_dims, make_layer, stacked_views
 
@@ -23,7 +24,9 @@ def stacked(family: Family, group: ExpertGroup, dims: Dims, index: SafetensorsIn
             custom = _switch_mlp(group, dims, index)
         else:
             custom = _fused_bf16(group, dims, index)
-    return make_layer(family, group.layer, dims, *custom)
+    lb = make_layer(family, group.layer, dims, *custom)
+    lb.reference = reference.stacked(family.name, group, dims.I, index)
+    return lb
 
 
 def _fused_bf16(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
