@@ -6,27 +6,29 @@ format and checks every shape, and only then does the writer open its (temporary
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ftw import __version__
+from ftw import __version__, spec
 from ftw.banks import LayerBanks, SourceTensor
 from ftw.container import Selection
 from ftw.errors import FtwError
+from ftw.spec import decimal_index
 
 from .ftw_writer import FtwWriter
 
 # a non-expert tensor of decoder layer N, in HF ("model.layers.N.") or GGUF ("blk.N.") naming
 RELEASE_EVERY = 256 << 20  # non-expert tensor bytes written between releases of mapped pages
 
-_LAYER_OF = re.compile(r"(?:^|\.)(?:layers|blk)\.(\d+)\.")
+_LAYER_OF = re.compile(r"(?:^|\.)(?:layers|blk)\.([0-9]+)\.")
 
 
 def tensor_layer(name: str) -> int | None:
     m = _LAYER_OF.search(name)
-    return int(m.group(1)) if m else None
+    return decimal_index(m.group(1)) if m else None  # 5000 digits: no layer, not a ValueError
 
 
 @dataclass
@@ -83,8 +85,50 @@ def plan_conversion(reader, layers: Iterable[int] | None = None, experts_only: b
             keep = set(wanted)
             tensors = [t for t in tensors if tensor_layer(t.name) in keep or tensor_layer(t.name) is None]
     selection = Selection(None if wanted is None else tuple(wanted), experts_only)
-    return ConvertPlan(reader.path, reader.name, planned, tensors, reader.attachments(), reader.source_files(),
+    plan = ConvertPlan(reader.path, reader.name, planned, tensors, reader.attachments(), reader.source_files(),
                        selection)
+    check_plan(plan, model)
+    return plan
+
+
+# what every index entry takes at least, beyond its name: '"dtype":"u8","nbytes":0,"offset":4096,
+# "shape":[],"xxh3":"<16 hex>"' and its braces; a lower bound, so no plan is refused wrongly
+MIN_ENTRY_NBYTES = 70
+
+
+def check_plan(plan: ConvertPlan, model) -> None:
+    """Refuse here, before the destination exists, anything an FTW reader would refuse in the
+    output (docs/FORMAT.md): a shape, a layer index or expert count past the limits, a NaN
+    in the index (strict JSON has none), an index over the cap. The writer would only find
+    out after writing every byte."""
+    src = plan.source
+    for t in plan.tensors:
+        problem = spec.shape_problem(tuple(t.shape), spec.dtype(t.dtype).itemsize)
+        if problem:
+            raise FtwError(f"{src}: tensor {t.name!r}: {problem}: an FTW file cannot hold it")
+    for lb in plan.layers:
+        if lb.layer >= spec.MAX_LAYERS:
+            raise FtwError(f"{src}: layer {lb.layer}: FTW layer indices are below {spec.MAX_LAYERS}")
+        for name, b in lb.banks.items():
+            if b.num_experts > spec.MAX_EXPERTS:
+                raise FtwError(f"{src}: layer {lb.layer} bank {name}: {b.num_experts} experts, "
+                               f"more than the format's {spec.MAX_EXPERTS}")
+            problem = spec.shape_problem((b.num_experts, *b.row_shape), spec.dtype(b.dtype).itemsize)
+            if problem:
+                raise FtwError(f"{src}: layer {lb.layer} bank {name}: {problem}")
+    try:
+        described = [model.to_json(), *(lb.format.to_json() for lb in plan.layers),
+                     *(t.meta for t in plan.tensors if t.meta)]
+        size = len(json.dumps(described, allow_nan=False))
+    except ValueError:
+        raise FtwError(f"{src}: the model or a layer's options hold a NaN or infinite number, which "
+                       f"the FTW index (strict JSON) cannot store") from None
+    size += sum(len(t.name) + MIN_ENTRY_NBYTES for t in plan.tensors)
+    size += sum(len(n) + MIN_ENTRY_NBYTES for lb in plan.layers for n in lb.banks)
+    size += sum(len(n) + MIN_ENTRY_NBYTES for n in plan.attachments)
+    if size > spec.MAX_INDEX_NBYTES:
+        raise FtwError(f"{src}: the FTW index would take at least {size} bytes, over the format's cap of "
+                       f"{spec.MAX_INDEX_NBYTES} ({len(plan.tensors)} tensors)")
 
 
 def write_plan(
