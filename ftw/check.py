@@ -124,7 +124,12 @@ def _short(v, n: int = 80) -> str:
 
 
 def step_container(ctx: CheckContext) -> None:
-    ctx.f.verify(threads=ctx.threads, progress=ctx.progress)
+    try:
+        ctx.f.verify(threads=ctx.threads, progress=ctx.progress)
+    except UnsupportedError:
+        raise
+    except FtwError as e:  # a sealed file whose content contradicts itself: named, and the rest still compared
+        ctx.report.problems.append(f"container: {e}")
 
 
 def step_model(ctx: CheckContext) -> None:
@@ -231,6 +236,9 @@ def step_decode(ctx: CheckContext) -> None:
                     theirs = lb.reference_expert(e) if lb.reference is not None else lb.decode_expert(e)
             except UnsupportedError as err:
                 r.notes.append(f"not decoded: {err}")  # the bytes were still compared
+                break
+            except FtwError as err:  # the layer's banks contradict its format or the model
+                r.problems.append(f"not decoded: {err}")
                 break
             if not compare_weights(r, e, ours, theirs, where):
                 break
