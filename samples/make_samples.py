@@ -6,7 +6,7 @@ Every sample is a small Hugging Face folder (config.json, generation_config.json
 model.safetensors or shards + index), deterministic from (name, seed). A real library writes
 the bytes wherever one can: transformers 5 builds and saves the bf16 models (per-expert by
 default, stacked with save_original_format=False), compressed-tensors quantizes and packs
-NVFP4. The other layouts (ModelOpt NVFP4, block FP8, gpt-oss MXFP4, DeepSeek-V4 native FP4)
+NVFP4 and MXFP8, mlx quantizes and saves MLX affine (mlx-lm's switch_mlp layout). The other layouts (ModelOpt NVFP4, block FP8, gpt-oss MXFP4, DeepSeek-V4 native FP4)
 have no writer that runs on a CPU here, so they are made by quantizing the transformers
 model's own expert weights with samples/st_layouts.py, following LAYOUTS.md.
 
@@ -639,14 +639,19 @@ def make_deepseek_v4_fp8(out_dir, seed=0) -> Made:
 # --------------------------------------------------------------------------- compressed-tensors
 
 
-def _ct_nvfp4(name, out_dir, seed, dims, bf16_layers, notes) -> Made:
+# compressed-tensors schemes the samples use: its preset, its format name, the ftw format
+CT_SCHEMES = {"nvfp4": ("NVFP4", "nvfp4-pack-quantized"), "mxfp8": ("MXFP8", "mxfp8-quantized")}
+
+
+def _ct_quantized(name, out_dir, seed, dims, bf16_layers, notes, scheme="nvfp4") -> Made:
     """Quantize with compressed-tensors' own API: its config, its qparam math, its compressor."""
     import compressed_tensors
     from compressed_tensors.compressors.model_compressors.model_compressor import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme, apply_quantization_config
-    from compressed_tensors.quantization.quant_scheme import NVFP4
+    from compressed_tensors.quantization import quant_scheme as presets
     from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam
 
+    preset, fmt = CT_SCHEMES[scheme]
     b = Base("qwen3_moe", _seed_for(name, seed), **dims)
     # compressed-tensors only quantizes nn.Linear, and transformers 5 fuses the experts into
     # one parameter, so the per-expert tensors transformers saved become a tree of Linears
@@ -665,22 +670,24 @@ def _ct_nvfp4(name, out_dir, seed, dims, bf16_layers, notes) -> Made:
             node = getattr(node, p)
         node.add_module(leaf, lin)
     ignore = ["lm_head", "re:.*mlp.gate$"] + [f"re:model\\.layers\\.{l}\\.mlp\\.experts\\..*" for l in bf16_layers]
-    fmt = "nvfp4-pack-quantized"
-    cfg = QuantizationConfig(config_groups={"group_0": QuantizationScheme(targets=["Linear"], format=fmt, **NVFP4)},
-                             ignore=ignore, format=fmt, quantization_status="initialized")
+    qscheme = QuantizationScheme(targets=["Linear"], format=fmt, **getattr(presets, preset))
+    cfg = QuantizationConfig(config_groups={"group_0": qscheme}, ignore=ignore, format=fmt,
+                             quantization_status="initialized")
     apply_quantization_config(root, cfg, show_progress=False)
     for _, m in root.named_modules():
         if not hasattr(m, "quantization_scheme"):
             continue
         # what llm-compressor's static min-max observer computes for weights
         w = m.weight.data.float()
-        g = generate_gparam(w.min(), w.max())
-        groups = w.reshape(w.shape[0], -1, 16)
+        g = generate_gparam(w.min(), w.max()) if scheme == "nvfp4" else None
+        gs = m.quantization_scheme.weights.group_size
+        groups = w.reshape(w.shape[0], -1, gs)
         scale, _ = calculate_qparams(groups.amin(-1), groups.amax(-1), m.quantization_scheme.weights, global_scale=g)
-        m.weight_global_scale.data.copy_(g)
         m.weight_scale.data.copy_(scale.to(m.weight_scale.dtype))
-        # activations are calibrated on data in practice; a fixed amax of 4 stands in
-        m.input_global_scale.data.copy_(generate_gparam(torch.tensor(-4.0), torch.tensor(4.0)))
+        if scheme == "nvfp4":
+            m.weight_global_scale.data.copy_(g)
+            # activations are calibrated on data in practice; a fixed amax of 4 stands in
+            m.input_global_scale.data.copy_(generate_gparam(torch.tensor(-4.0), torch.tensor(4.0)))
     comp = ModelCompressor(quantization_config=cfg)
     with _quiet():
         comp.compress_model(root)
@@ -690,24 +697,108 @@ def _ct_nvfp4(name, out_dir, seed, dims, bf16_layers, notes) -> Made:
     out = Path(out_dir) / "st" / name
     b.save(out, b.config)
     comp.update_config(str(out))  # the library writes its own quantization_config into config.json
-    formats = {l: ("bf16" if l in bf16_layers else "nvfp4") for l in b.originals}
-    naming = _naming(nvfp4="compressed-tensors")
+    formats = {l: ("bf16" if l in bf16_layers else scheme) for l in b.originals}
+    naming = _naming(**{scheme: "compressed-tensors"})
     writer = f"compressed-tensors {compressed_tensors.__version__}"
     entry = _entry(name, "qwen3_moe", "per_expert", formats, dims["E"], dims["H"], dims["I"], dims["layers"], naming,
-                   {"experts": writer, "non_expert": f"{_tf_writer()}; attention linears NVFP4 by {writer}"}, notes)
+                   {"experts": writer, "non_expert": f"{_tf_writer()}; attention linears {preset} by {writer}"}, notes)
     return Made(_finish(Path(out_dir), entry), b.originals)
 
 
 @sample
 def make_qwen3_moe_nvfp4_ct(out_dir, seed=0) -> Made:
-    return _ct_nvfp4("qwen3_moe_nvfp4_ct", out_dir, seed, SMALL, [],
+    return _ct_quantized("qwen3_moe_nvfp4_ct", out_dir, seed, SMALL, [],
                      "nvfp4-pack-quantized; every Linear but lm_head and routers (the llm-compressor recipe)")
 
 
 @sample
 def make_mixed_ct_bf16_nvfp4(out_dir, seed=0) -> Made:
-    return _ct_nvfp4("mixed_ct_bf16_nvfp4", out_dir, seed, dict(SMALL, layers=4), [0, 3],
+    return _ct_quantized("mixed_ct_bf16_nvfp4", out_dir, seed, dict(SMALL, layers=4), [0, 3],
                      "compressed-tensors with layers 0 and 3's experts in `ignore` (bf16 per-expert)")
+
+
+@sample
+def make_qwen3_moe_mxfp8_ct(out_dir, seed=0) -> Made:
+    return _ct_quantized("qwen3_moe_mxfp8_ct", out_dir, seed, SMALL, [],
+                         "mxfp8-quantized (MXFP8 preset): e4m3 weights + U8 E8M0 weight_scale per 32; every "
+                         "Linear but lm_head and routers", scheme="mxfp8")
+
+
+# --------------------------------------------------------------------------- MLX
+
+
+def _mx_from_torch(t: torch.Tensor):
+    """A torch tensor as an mlx array with the same bits (numpy has no bf16: go through int16)."""
+    import mlx.core as mx
+
+    if t.dtype == torch.bfloat16:
+        return mx.array(t.view(torch.int16).numpy()).view(mx.bfloat16)
+    return mx.array(t.numpy())
+
+
+def _mlx_affine(name, family, out_dir, seed, dims, naming, layer_quant, default, notes) -> Made:
+    """mlx-lm's layout, quantized by mlx itself: experts stacked as switch_mlp.{gate,up,down}_proj
+    [E, out, in] and every Linear and Embedding whose input width is a multiple of the group
+    size replaced by mx.quantize's (weight u32, scales, biases), as mlx-lm's default predicate
+    does; written by mx.save_safetensors with mlx-lm's metadata. `layer_quant` overrides
+    (bits, group_size) per MoE layer, recorded in config.json the way mlx-lm records
+    per-module quantization."""
+    import mlx.core as mx
+
+    b = Base(family, _seed_for(name, seed), **dims)
+    bits0, gs0 = default
+    quant = {"group_size": gs0, "bits": bits0}
+    arrays = {}
+    for k, v in sorted(b.sd.items()):
+        if "experts." in k:
+            continue  # the per-expert tensors transformers saved: restacked below
+        w = _mx_from_torch(v)
+        if k.endswith(".weight") and v.ndim == 2 and v.shape[1] % gs0 == 0 and "norm" not in k:
+            arrays[k], arrays[k[: -len("weight")] + "scales"], arrays[k[: -len("weight")] + "biases"] = \
+                mx.quantize(w, group_size=gs0, bits=bits0)
+        else:
+            arrays[k] = w
+    formats, options = {}, {}
+    for layer, o in b.originals.items():
+        bits, gs = layer_quant.get(layer, default)
+        pre = f"{naming['layers']}{layer}.{naming['experts']}"
+        for p, pname in zip(L.PROJ, naming["proj"]):
+            stacked = _mx_from_torch(L.to_bf16(o[p]))  # [E, out, in], the model's bf16 bits
+            q, s, z = mx.quantize(stacked, group_size=gs, bits=bits)
+            arrays[f"{pre}.{pname}.weight"], arrays[f"{pre}.{pname}.scales"], arrays[f"{pre}.{pname}.biases"] = q, s, z
+            if (bits, gs) != default:
+                quant[f"{pre}.{pname}"] = {"group_size": gs, "bits": bits}
+        formats[layer], options[str(layer)] = "affine", {"bits": bits, "group_size": gs}
+    mx.eval(arrays)
+    out = Path(out_dir) / "st" / name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    # mlx-lm writes the quantization twice: its own key and the Hugging Face one
+    cfg = dict(b.config, quantization=quant, quantization_config=quant)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    mx.save_safetensors(str(out / "model.safetensors"), dict(sorted(arrays.items())), metadata={"format": "mlx"})
+    writer = f"mlx {mx.__version__}"
+    entry = _entry(name, family, "stacked", formats, dims["E"], dims["H"], dims["I"], dims["layers"], naming,
+                   {"experts": writer, "non_expert": f"{_tf_writer()}; linears and embeddings quantized by {writer}"},
+                   notes, options=options)
+    return Made(_finish(Path(out_dir), entry), b.originals)
+
+
+@sample
+def make_qwen3_moe_affine(out_dir, seed=0) -> Made:
+    return _mlx_affine("qwen3_moe_affine", "qwen3_moe", out_dir, seed, dict(H=128, I=64, E=4, layers=2),
+                       _naming("model.layers.", "mlp.switch_mlp"), {}, (4, 64),
+                       "mlx-lm layout (switch_mlp), 4-bit group 64 everywhere (experts, attention, router, "
+                       "embeddings, lm_head); scales/biases bf16")
+
+
+@sample
+def make_mixtral_affine_mixed(out_dir, seed=0) -> Made:
+    return _mlx_affine("mixtral_affine_mixed", "mixtral", out_dir, seed, dict(H=64, I=32, E=4, layers=2),
+                       _naming("model.layers.", "block_sparse_moe.switch_mlp"), {1: (6, 32)}, (3, 32),
+                       "mlx-lm mixtral layout (block_sparse_moe.switch_mlp); 3-bit group 32, layer 1's "
+                       "experts 6-bit (per-module entries in config.json quantization)")
 
 
 # --------------------------------------------------------------------------- all
@@ -719,6 +810,8 @@ BEGIN, END = "<!-- st-samples:begin (written by make_samples.py) -->", "<!-- st-
 def _fmt_layers(e: dict) -> str:
     runs, prev = [], None
     for l, f in e["formats"].items():
+        opts = e.get("options", {}).get(l)  # format options where the manifest records them (affine)
+        f += "{" + ",".join(f"{k}={v}" for k, v in sorted(opts.items())) + "}" if opts else ""
         if runs and f == prev:
             runs[-1][1] = l
         else:
@@ -771,9 +864,14 @@ def made_with() -> dict:
     import safetensors
     import transformers
 
-    return {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
-            "compressed-tensors": compressed_tensors.__version__, "safetensors": safetensors.__version__,
-            "numpy": np.__version__}
+    out = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+           "compressed-tensors": compressed_tensors.__version__, "safetensors": safetensors.__version__,
+           "numpy": np.__version__}
+    with contextlib.suppress(ImportError):  # the MLX samples need it (dev extra, Linux/macOS)
+        import mlx.core as mx
+
+        out["mlx"] = mx.__version__
+    return out
 
 
 def make_sample(name: str, out_dir, seed: int = 0) -> Made:

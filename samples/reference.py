@@ -5,8 +5,9 @@
         safetensors bytes: gate/up [E, I, H], down [E, H, I] (float64, [out, in]); gpt-oss
         layers add gate_bias/up_bias [E, I] and down_bias [E, H].
     reference_dequant_library(sample_dir, entry=None) -> same keys, for the layers that
-        compressed-tensors can decode itself (its NVFP4 decompressor, its ModelOpt NVFP4
-        converter, its block-FP8 dequantizer): an outside check of the hand-written bytes.
+        a library can decode itself (compressed-tensors' NVFP4 and MXFP8 decompressors, its
+        ModelOpt NVFP4 converter, its block-FP8 dequantizer; mlx's mx.dequantize for MLX
+        affine where mlx is installed): an outside check of the bytes and of the formulas.
     reference_experts(sample_dir) -> {layer: {param: float64}}
         the model's own in-memory fused expert parameters after transformers 5 loads the
         folder (from_pretrained, CPU): gate_up_proj [E, 2I, H] and down_proj [E, H, I]
@@ -66,6 +67,10 @@ def _dequant_one(raw: L.RawTensors, base: str, fmt: str, entry: dict) -> np.ndar
         s = L.E4M3[raw.get(base + ".weight_scale")]
         s2 = float(raw.get(base + ".weight_scale_2").reshape(-1)[0])
         return v * np.repeat(s, v.shape[1] // s.shape[1], 1) * s2
+    if fmt == "mxfp8":  # compressed-tensors mxfp8-quantized: e4m3 * 2^(E8M0 byte - 127) per 32 inputs
+        q = raw.get(base + ".weight")
+        s = L.e8m0(raw.get(base + ".weight_scale"))
+        return L.E4M3[q] * np.repeat(s, q.shape[1] // s.shape[1], 1)
     if fmt == "ds_fp4":
         v = L.unpack_fp4(raw.get(base + ".weight").view(np.uint8))
         s = L.e8m0(raw.get(base + ".scale"))
@@ -94,7 +99,22 @@ def _stacked(raw: L.RawTensors, pre: str, fmt: str, entry: dict) -> dict:
         gu, gub = one("gate_up_proj"), raw.float(pre + ".gate_up_proj_bias")
         return {"gate": gu[:, 0::2], "up": gu[:, 1::2], "down": one("down_proj"),
                 "gate_bias": gub[:, 0::2], "up_bias": gub[:, 1::2], "down_bias": raw.float(pre + ".down_proj_bias")}
+    if fmt == "affine":  # MLX switch_mlp: {gate,up,down}_proj.{weight, scales, biases}, each [E, out, ...]
+        return {p: _affine(raw, f"{pre}.{name}", entry["I"] if p == "down" else entry["H"])
+                for p, name in zip(L.PROJ, entry["naming"]["proj"])}
     raise ValueError(f"{pre}: no stacked reference for {fmt}")
+
+
+def _affine(raw: L.RawTensors, base: str, n_in: int) -> np.ndarray:
+    """MLX affine, by LAYOUTS.md: each row of the u32 weight is an LSB-first stream of `bits`-bit
+    unsigned q; w = scale * q + bias per group; bits = weight.shape[-1] * 32 / in and
+    group_size = in / scales.shape[-1]."""
+    words, scales, biases = raw.get(base + ".weight"), raw.float(base + ".scales"), raw.float(base + ".biases")
+    bits = words.shape[-1] * 32 // n_in
+    stream = np.unpackbits(words.astype("<u4").view(np.uint8), axis=-1, bitorder="little")[..., : n_in * bits]
+    q = (stream.reshape(*stream.shape[:-1], n_in, bits).astype(np.int64) << np.arange(bits)).sum(-1)
+    g = n_in // scales.shape[-1]
+    return q * np.repeat(scales, g, -1) + np.repeat(biases, g, -1)
 
 
 def reference_dequant(sample_dir: str | Path, entry: dict | None = None) -> dict[int, dict]:
@@ -126,15 +146,18 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
     nvfp4 (ModelOpt): ModelOptNvfp4Converter.process renames/inverts to the
         compressed-tensors convention, then the same decompress.
     fp8_block with weight_scale_inv: FP8BlockDequantizer.process (float32 output).
+    mxfp8 (compressed-tensors): MXFP8QuantizationCompressor.decompress (returns bf16).
+    affine (MLX switch_mlp): mx.dequantize in float32, when mlx imports.
     Other layers (bf16, mxfp4, ds_fp4, V4's `.scale` fp8) are left out: no library here decodes
     them on a CPU.
     """
     import torch
+    from compressed_tensors.compressors.mxfp8.base import MXFP8QuantizationCompressor
     from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
     from compressed_tensors.entrypoints.convert.converters.fp8block_dequantizer import FP8BlockDequantizer
     from compressed_tensors.entrypoints.convert.converters.modelopt_nvfp4 import ModelOptNvfp4Converter
     from compressed_tensors.quantization import QuantizationScheme
-    from compressed_tensors.quantization.quant_scheme import NVFP4
+    from compressed_tensors.quantization.quant_scheme import MXFP8, NVFP4
     from safetensors import safe_open
 
     entry = entry or entry_for(sample_dir)
@@ -152,6 +175,10 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
                 t = ModelOptNvfp4Converter(targets=[base]).process(t)
             sd = {k: t[f"{base}.{k}"] for k in ("weight_packed", "weight_scale", "weight_global_scale")}
             return NVFP4PackedCompressor.decompress(sd, scheme)["weight"].to(torch.float64).numpy()
+        if fmt == "mxfp8":
+            sd = {k: t[f"{base}.{k}"] for k in ("weight", "weight_scale")}
+            mx_scheme = QuantizationScheme(targets=["Linear"], **MXFP8)
+            return MXFP8QuantizationCompressor.decompress(sd, mx_scheme)["weight"].to(torch.float64).numpy()
         if fmt == "fp8_block" and f"{base}.weight_scale_inv" in t:
             conv = FP8BlockDequantizer(targets=[base], dtype=torch.float32)
             return conv.process(t)[f"{base}.weight"].to(torch.float64).numpy()
@@ -159,7 +186,7 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
 
     out = {}
     if entry["layout"] != "per_expert":
-        return out
+        return _mlx_affine_layers(sample_dir, entry)
     for layer_s, fmt in entry["formats"].items():
         pre = L.expert_prefix(entry, int(layer_s))
         per = {p: [] for p in L.PROJ}
@@ -168,6 +195,29 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
                 per[p].append(one(f"{pre}.{e}.{name}", fmt))
         if per["gate"][0] is not None:
             out[int(layer_s)] = {"format": fmt, **{p: np.stack(v) for p, v in per.items()}}
+    return out
+
+
+def _mlx_affine_layers(sample_dir: str | Path, entry: dict) -> dict[int, dict]:
+    """MLX affine layers decoded by mlx itself (mx.dequantize, float32); {} without mlx."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return {}
+    raw = L.RawTensors(sample_dir)
+    out = {}
+    for layer_s, fmt in entry["formats"].items():
+        if fmt != "affine":
+            continue
+        opts = entry["options"][layer_s]
+        pre = L.expert_prefix(entry, int(layer_s))
+        w = {}
+        for p, name in zip(L.PROJ, entry["naming"]["proj"]):
+            q = mx.array(raw.get(f"{pre}.{name}.weight"))
+            s, b = (mx.array(raw.float(f"{pre}.{name}.{k}").astype(np.float32)) for k in ("scales", "biases"))
+            d = mx.dequantize(q, s, b, group_size=opts["group_size"], bits=opts["bits"])
+            w[p] = np.array(d.astype(mx.float32)).astype(np.float64)
+        out[int(layer_s)] = {"format": fmt, **w}
     return out
 
 

@@ -204,6 +204,13 @@ def expected_expert_tensors(entry: dict) -> dict[str, tuple[str, list[int]]]:
             elif fmt == "bf16":
                 out[f"{pre}.gate_up_proj"] = ("BF16", [E, 2 * I, H])
                 out[f"{pre}.down_proj"] = ("BF16", [E, H, I])
+            elif fmt == "affine":  # MLX switch_mlp; bits and group size per layer in entry["options"]
+                bits, gs = (entry["options"][layer_s][k] for k in ("bits", "group_size"))
+                for p, name in zip(PROJ, nm["proj"]):
+                    o, i = (I, H) if p != "down" else (H, I)
+                    out[f"{pre}.{name}.weight"] = ("U32", [E, o, i * bits // 32])
+                    out[f"{pre}.{name}.scales"] = ("BF16", [E, o, i // gs])
+                    out[f"{pre}.{name}.biases"] = ("BF16", [E, o, i // gs])
             elif fmt == "mxfp4":
                 for p, o, i in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
                     out[f"{pre}.{p}_blocks"] = ("U8", [E, o, i // 32, 16])
@@ -243,6 +250,8 @@ def per_expert_tensors(fmt: str, entry: dict, o: int, i: int) -> dict[str, tuple
         }
     if fmt == "ds_fp4":
         return {".weight": ("I8", [o, i // 2]), ".scale": ("F8_E8M0", [o, i // 32])}
+    if fmt == "mxfp8":  # compressed-tensors mxfp8-quantized: E8M0 bytes stored as U8
+        return {".weight": ("F8_E4M3", [o, i]), ".weight_scale": ("U8", [o, i // 32])}
     raise ValueError(f"unknown per-expert format {fmt}")
 
 

@@ -8,8 +8,15 @@ Tolerances (quantized weights vs the floats they were made from, per quantizatio
   nvfp4       |err| <= 0.18 * block16_absmax    (E2M1 half-gap is at most 1 unit of the block
                                                  scale ~ absmax/6, scale rounded to e4m3: x17/16)
   mxfp4/ds_fp4 |err| <= absmax32 / 3            (power-of-two scale in [absmax/6, absmax/3))
-Library decoders vs the formula references: fp8 exact to float32 (rtol 1e-6); NVFP4 to
-rtol 2^-7, since compressed-tensors' decompressor computes and returns bf16.
+  mxfp8       |err| <= absmax32 / 16            (e4m3 half-ulp 2^-4; the MX scale keeps the
+                                                 block max below 448, so nothing saturates)
+  affine      |err| <= step + absmax_g / 256    (step = group range / (2^bits - 1): mlx puts
+                                                 the group's larger-magnitude end on the grid,
+                                                 which can cost up to a step at the other end;
+                                                 scale and bias are rounded to bf16)
+Library decoders vs the formula references: fp8 exact to float32 (rtol 1e-6); NVFP4 and
+MXFP8 to rtol 2^-7, since compressed-tensors' decompressors compute and return bf16; MLX
+affine (mx.dequantize, float32) to rtol 1e-6.
 """
 
 from __future__ import annotations
@@ -60,7 +67,8 @@ def test_same_seed_same_bytes(tmp_path, name):
     assert _hashes(tmp_path / "c" / c.entry["path"]) != _hashes(tmp_path / "a" / a.entry["path"])
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe_bf16", "gpt_oss_mxfp4", "deepseek_v4_fp4"])
+@pytest.mark.parametrize("name", ["qwen3_moe_bf16", "gpt_oss_mxfp4", "deepseek_v4_fp4", "qwen3_moe_mxfp8_ct",
+                                  "mixtral_affine_mixed"])
 def test_committed_bytes_are_seed_zero(tmp_path, name):
     """The committed files are exactly what the script writes with the manifest's seed."""
     if M.made_with() != load_manifest()["made_with"]:
@@ -78,7 +86,7 @@ def test_manifest_covers_every_layout():
     assert {"qwen3_moe", "qwen3_5_moe", "deepseek_v3", "deepseek_v4", "glm_moe_dsa", "glm4_moe", "gpt_oss",
             "mixtral", "glm5_next"} <= fams
     fmts = {f for e in MANIFEST.values() for f in e["formats"].values()}
-    assert {"bf16", "fp8_block", "nvfp4", "mxfp4", "ds_fp4"} <= fmts
+    assert {"bf16", "fp8_block", "nvfp4", "mxfp4", "ds_fp4", "mxfp8", "affine"} <= fmts
     mixed = [n for n, e in MANIFEST.items() if len(set(e["formats"].values())) > 1]
     assert len(mixed) >= 3
     for fam in ("qwen3_moe", "mixtral"):
@@ -182,12 +190,17 @@ def test_transformers_in_memory_experts_equal_the_files(name):
         np.testing.assert_array_equal(down, w["down"])
 
 
-def _check_error(fmt: str, ref: np.ndarray, orig: np.ndarray, where: str) -> None:
+def _check_error(fmt: str, ref: np.ndarray, orig: np.ndarray, where: str, options: dict | None = None) -> None:
     E, o, i = orig.shape
     if fmt == "bf16":
         np.testing.assert_array_equal(ref, orig, err_msg=where)
         return
-    if fmt == "fp8_block":
+    if fmt == "affine":
+        bits, g = options["bits"], options["group_size"]
+        grp = orig.reshape(E, o, i // g, g)
+        step = (grp.max(-1, keepdims=True) - grp.min(-1, keepdims=True)) / (2**bits - 1)
+        bound = np.broadcast_to(step + np.abs(grp).max(-1, keepdims=True) / 256, grp.shape).reshape(E, o, i)
+    elif fmt == "fp8_block":
         amax = np.zeros_like(orig)
         for a in range(0, o, 128):
             for b in range(0, i, 128):
@@ -195,24 +208,30 @@ def _check_error(fmt: str, ref: np.ndarray, orig: np.ndarray, where: str) -> Non
                 amax[:, a:a + 128, b:b + 128] = blk
         bound = amax / 16
     else:
-        g, c = {"nvfp4": (16, 0.18), "mxfp4": (32, 1 / 3), "ds_fp4": (32, 1 / 3)}[fmt]
+        g, c = {"nvfp4": (16, 0.18), "mxfp4": (32, 1 / 3), "ds_fp4": (32, 1 / 3), "mxfp8": (32, 1 / 16)}[fmt]
         amax = np.abs(orig.reshape(E, o, i // g, g)).max(-1, keepdims=True)
         bound = np.broadcast_to(c * amax, (E, o, i // g, g)).reshape(E, o, i)
     err = np.abs(ref - orig)
     assert (err <= bound + 1e-12).all(), f"{where}: worst excess {(err - bound).max():.3g}"
     rel = np.linalg.norm(ref - orig) / np.linalg.norm(orig)
-    assert rel < {"fp8_block": 0.05, "nvfp4": 0.15, "mxfp4": 0.2, "ds_fp4": 0.2}[fmt], f"{where}: rel {rel:.3f}"
+    limit = {"fp8_block": 0.05, "nvfp4": 0.15, "mxfp4": 0.2, "ds_fp4": 0.2, "mxfp8": 0.05}.get(fmt)
+    if fmt == "affine":
+        limit = 1.0 / 2 ** (options["bits"] - 2)  # measured ~0.17 at 3 bits, ~0.09 at 4, ~0.02 at 6
+    assert rel < limit, f"{where}: rel {rel:.3f}"
 
 
 @pytest.mark.parametrize("name", QUANTIZED + ["qwen3_moe_bf16", "gpt_oss_bf16"])
 def test_reference_dequant_matches_originals_fresh_seed(tmp_path, name):
     """Regenerate with a fresh seed; the formula reference recovers the quantized floats."""
+    if MANIFEST[name]["writer"]["experts"].startswith("mlx"):
+        pytest.importorskip("mlx.core", reason="the MLX samples are written by mlx (dev extra)")
     made = M.make_sample(name, tmp_path, seed=12345)
     ref = reference_dequant(tmp_path / made.entry["path"], made.entry)
     assert sorted(ref) == made.entry["moe_layers"]
     for l, w in ref.items():
+        opts = made.entry.get("options", {}).get(str(l))
         for p in ("gate", "up", "down"):
-            _check_error(w["format"], w[p], made.originals[l][p], f"{name} layer {l} {p}")
+            _check_error(w["format"], w[p], made.originals[l][p], f"{name} layer {l} {p}", opts)
 
 
 @pytest.mark.parametrize("name", [n for n in QUANTIZED if MANIFEST[n]["layout"] == "per_expert"])
@@ -221,12 +240,39 @@ def test_library_decoders_agree_with_formula_reference(name):
     lib = reference_dequant_library(_dir(name), e)
     ref = reference_dequant(_dir(name), e)
     wanted = {int(l) for l, f in e["formats"].items()
-              if f == "nvfp4" or (f == "fp8_block" and e["naming"].get("scale_suffix") != ".scale")}
+              if f in ("nvfp4", "mxfp8") or (f == "fp8_block" and e["naming"].get("scale_suffix") != ".scale")}
     assert set(lib) == wanted
     for l, w in lib.items():
-        rtol = 2**-7 if w["format"] == "nvfp4" else 1e-6
+        rtol = 2**-7 if w["format"] in ("nvfp4", "mxfp8") else 1e-6
         for p in ("gate", "up", "down"):
             np.testing.assert_allclose(w[p], ref[l][p], rtol=rtol, atol=1e-12, err_msg=f"{name} {l} {p}")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "affine" in MANIFEST[n]["formats"].values()])
+def test_mlx_dequantize_agrees_with_formula_reference(name):
+    """mlx's own decoder (mx.dequantize) on the committed bytes == the LAYOUTS.md bit-stream formula."""
+    pytest.importorskip("mlx.core", reason="mlx is the dev extra's MLX decoder")
+    e = MANIFEST[name]
+    lib = reference_dequant_library(_dir(name), e)
+    ref = reference_dequant(_dir(name), e)
+    assert set(lib) == {int(l) for l in e["formats"]}
+    for l, w in lib.items():
+        for p in ("gate", "up", "down"):
+            np.testing.assert_allclose(w[p], ref[l][p], rtol=1e-6, atol=1e-12, err_msg=f"{name} {l} {p}")
+
+
+def test_affine_options_match_the_files():
+    """The manifest's per-layer bits and group size are what the tensor shapes say (LAYOUTS.md)."""
+    for name in [n for n in NAMES if "affine" in MANIFEST[n]["formats"].values()]:
+        e = MANIFEST[name]
+        heads = L.tensor_headers(_dir(name))
+        for l, opts in e["options"].items():
+            pre = L.expert_prefix(e, int(l))
+            w, s = heads[f"{pre}.gate_proj.weight"]["shape"], heads[f"{pre}.gate_proj.scales"]["shape"]
+            assert opts == {"bits": w[-1] * 32 // e["H"], "group_size": e["H"] // s[-1]}, (name, l)
+    cfg = json.loads((_dir("mixtral_affine_mixed") / "config.json").read_text())
+    assert cfg["quantization"]["bits"] == 3
+    assert cfg["quantization"]["model.layers.1.block_sparse_moe.switch_mlp.down_proj"] == {"group_size": 32, "bits": 6}
 
 
 def test_fp4_packing_low_nibble_first():
