@@ -59,6 +59,7 @@ def test_plan_60_layers_keeps_the_single_format_decode_batch(share, bf16_slots, 
     assert nv["expert_bytes"] == 14680064 + 7340032 + 1835008 + 917504 + 16384 + 28672
     # staging: its own region, 8 bf16 experts a half, the same bytes in NVFP4 experts
     assert (bf16["staging_group"], nv["staging_group"]) == (8, 28)
+    assert p["staging_bytes"] == 1_565_949_952  # 1.46 GiB: 2 halves x (8 bf16 | 28 NVFP4 experts) per bank
 
 
 @pytest.mark.parametrize("share,b", [(0.1, 3), (0.2, 6), (0.3, 9)])
@@ -79,6 +80,11 @@ E32 = {
     "1 nvfp4 in 12": {l: (NVFP4 if l == 6 else BF16) for l in range(12)},
 }
 E32_H, E32_I = 2048, 1024
+E32_SLOTS = {
+    "nvfp4": {128: [128], 153: [153], 256: [256]},
+    "bf16 first/last": {128: [32, 96], 153: [32, 121], 256: [42, 214]},
+    "1 nvfp4 in 12": {128: [96, 32], 153: [121, 32], 256: [224, 32]},
+}
 
 
 @pytest.mark.parametrize("case", list(E32))
@@ -88,6 +94,7 @@ def test_plan_e32_every_pool_keeps_decode_slots(case, slots):
     outside staging. Here staging is its own region: every pool keeps all E=32 experts of a
     decode layer (any batch), and the slots add up."""
     p = plan_model(32, 2, E32_H, E32_I, E32[case], slots=slots, prefill_chunk=512)
+    assert [q["slots"] for q in p["pools"]] == E32_SLOTS[case][slots]  # docs/RUNTIME.md, "Plans"
     assert sum(q["slots"] for q in p["pools"]) == slots
     assert all(q["slots"] >= 32 and q["decode_batch"] == -1 for q in p["pools"])
     assert p["staging_bytes"] > 0 and all(q["staging_group"] >= 8 for q in p["pools"])

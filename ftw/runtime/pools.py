@@ -31,7 +31,7 @@ from .. import spec
 from ..errors import FormatError, FtwError
 from ..formats import LayerFormat, get_format
 
-DEFAULT_LRFU_LAMBDA = 0.05  # per step: a use's weight halves every 20 steps (bench_pools.py)
+DEFAULT_LRFU_LAMBDA = 0.01  # per step: a use counts half after 100 steps (docs/BENCHMARKS.md, "Slot pools")
 EVICTIONS = ("lru", "lrfu")
 BACKENDS = ("host", "cuda")
 
