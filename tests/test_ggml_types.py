@@ -144,22 +144,20 @@ def test_matmul_several_tokens(name):
         assert (err <= DOT_RTOL * np.abs(terms).sum(-1)).all(), f"{name} tokens={tokens} seed {seed}: {err.max()}"
 
 
-PORTABLE_MODE = os.environ.get("FTW_GGML_PORTABLE", "0") not in ("", "0")
+SIMD_CAP = os.environ.get("FTW_GGML_SIMD", "")
 
 
-def test_simd_kernels_are_used_where_the_cpu_has_avx2():
-    flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
-    if PORTABLE_MODE:
-        assert not _runtime.ggml_simd_active()
-    elif "avx2" in flags and "fma" in flags:
-        assert _runtime.ggml_simd_active()
+def test_simd_level():
+    flags = set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
+    want = "avx2" if {"avx2", "fma", "f16c"} <= flags and SIMD_CAP != "portable" else "portable"
+    assert _runtime.ggml_simd_level() == want
 
 
-@pytest.mark.skipif(PORTABLE_MODE or not _runtime.ggml_simd_active(), reason="already portable")
-def test_portable_kernels_everywhere():
-    """FTW_GGML_PORTABLE=1 turns the SIMD kernels off (dot_multi's portable decode-once path
-    included): the same dot and matmul tests pass there."""
-    env = dict(os.environ, FTW_GGML_PORTABLE="1")
+@pytest.mark.skipif(SIMD_CAP == "portable" or _runtime.ggml_simd_level() == "portable", reason="already portable")
+def test_portable_kernels():
+    """FTW_GGML_SIMD=portable turns the SIMD kernels off (dot_multi's portable decode-once path
+    included): the dot and matmul tests pass that way too."""
+    env = dict(os.environ, FTW_GGML_SIMD="portable")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__, "-k", "dot or matmul or simd"],
         env=env, capture_output=True, text=True, timeout=600)

@@ -56,8 +56,9 @@ FTW_BINDINGS(ggml_types) {
         },
         nb::arg("type_name"), "(ggml type id, values per block, bytes per block) of a type.");
 
-    m.def("ggml_simd_active", &ftw::ggml::simd_active,
-          "Whether ggml_dot runs the AVX2 kernels on this CPU (else the portable ones).");
+    m.def(
+        "ggml_simd_level", [] { return std::string(ftw::ggml::simd_level()); },
+        "Kernels ggml_dot runs here: 'avx2' or 'portable' (FTW_GGML_SIMD=portable forces the latter).");
 
     m.def(
         "ggml_to_float",

@@ -29,7 +29,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FTW_GGML_X86 1
 #include <immintrin.h>
-#define FTW_AVX2 __attribute__((target("avx2,fma")))
+#define FTW_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ggml blocks are little-endian");
@@ -500,6 +500,10 @@ void dot_multi_decoded(const uint8_t* row, const float* x, int64_t ldx, int64_t 
 // AVX2 + FMA kernels, compiled for x86-64 whatever the build's -march, used when the CPU has them.
 #ifdef FTW_GGML_X86
 
+// block scales in the SIMD kernels: the CPU's own half->float (exact for every non-NaN value;
+// a NaN scale makes the dot NaN either way), no branches
+FTW_AVX2 inline float half_hw(const uint8_t* p) { return _cvtsh_ss(rd16(p)); }
+
 FTW_AVX2 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -518,6 +522,17 @@ FTW_AVX2 inline __m256 dot16_i8(__m128i q, const float* x) {
 FTW_AVX2 inline __m256 dot32_i8(__m256i q, const float* x) {
     return _mm256_add_ps(dot16_i8(_mm256_castsi256_si128(q), x),
                          dot16_i8(_mm256_extracti128_si256(q, 1), x + 16));
+}
+
+// 32 signed bytes in memory . x[0..32) -> 8 lanes: each 8 bytes widened straight from memory
+// (vpmovsxbd ymm, m64) rather than extracted from a loaded register
+FTW_AVX2 inline __m256 dot32_mem(const int8_t* q, const float* x) {
+    const auto w = [q](int k) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * k))));
+    };
+    const __m256 a = _mm256_fmadd_ps(w(1), _mm256_loadu_ps(x + 8), _mm256_mul_ps(w(0), _mm256_loadu_ps(x)));
+    const __m256 b = _mm256_fmadd_ps(w(3), _mm256_loadu_ps(x + 24), _mm256_mul_ps(w(2), _mm256_loadu_ps(x + 16)));
+    return _mm256_add_ps(a, b);
 }
 
 FTW_AVX2 inline __m256 sum32(const float* x) {
@@ -539,23 +554,12 @@ inline __m128i load_lut(const int8_t* t) {  // plain SSE2 load, no target needed
 }
 
 FTW_AVX2 float dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t n) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {  // two blocks per step: two independent FMA chains
-        const uint8_t* b0 = row + ib * Q8_0::size.block_bytes;
-        const uint8_t* b1 = b0 + Q8_0::size.block_bytes;
-        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b0)), dot32_i8(q0, x + ib * 32), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b1)), dot32_i8(q1, x + ib * 32 + 32), acc1);
-    }
-    for (; ib < nb; ++ib) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q8_0::size.block_bytes;
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b)), dot32_i8(q, x + ib * 32), acc0);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_mem(reinterpret_cast<const int8_t*>(b + 2), x), acc);
     }
-    return hsum(_mm256_add_ps(acc0, acc1));
+    return hsum(acc);
 }
 
 // Q4_0, IQ4_NL, MXFP4: 32 values = one scale x a 16-entry table of 4-bit codes
@@ -570,7 +574,7 @@ FTW_AVX2 float dot_nibble_lut_avx2(const uint8_t* row, const float* x, int64_t n
     return hsum(acc);
 }
 
-inline float scale_f16(const uint8_t* b) { return half_at(b); }
+FTW_AVX2 inline float scale_f16(const uint8_t* b) { return half_hw(b); }
 inline float scale_e8m0(const uint8_t* b) { return e8m0_half(b[0]); }
 constexpr int8_t q4_0_values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
@@ -589,7 +593,7 @@ FTW_AVX2 float dot_iq4_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * IQ4_XS::size.block_bytes;
-        const float d = half_at(b);
+        const float d = half_hw(b);
         const uint16_t sh = rd16(b + 2);
         for (int j = 0; j < 8; ++j) {
             const int s = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
@@ -600,24 +604,37 @@ FTW_AVX2 float dot_iq4_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
     return hsum(acc);
 }
 
+// Q4_K / Q5_K: the 8 (d * scale) and (dmin * min) of a block as floats, unpacked with 32-bit
+// masks and converted 8 at a time (the kernels then broadcast them from L1, a load-port op)
+FTW_AVX2 inline void k4_scales(const uint8_t* b, float* dsc, float* dmn) {
+    uint32_t u[3];
+    std::memcpy(u, b + 4, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    const uint32_t sc_lo = u[0] & k1, sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    const uint32_t mn_lo = u[1] & k1, mn_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(sc_hi), int(sc_lo))));
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(mn_hi), int(mn_lo))));
+    _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(half_hw(b)), sc));
+    _mm256_storeu_ps(dmn, _mm256_mul_ps(_mm256_set1_ps(half_hw(b + 2)), mn));
+}
+
 // sum_j d*sc_j * (q . x)_j - dmin*m_j * (sum x)_j over the 8 sub-blocks of 32
 FTW_AVX2 float dot_q4_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q4_K::size.block_bytes;
-        const float d = half_at(b), dmin = half_at(b + 2);
-        uint8_t sc[8], mn[8];
-        k4_scale_min(b + 4, sc, mn);
+        alignas(32) float dsc[8], dmn[8];
+        k4_scales(b, dsc, dmn);
         for (int c = 0; c < 4; ++c) {
             const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
             const __m256i lo = _mm256_and_si256(bytes, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
             const float* x0 = x + 64 * c;
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c])), dot32_i8(lo, x0), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c + 1])), dot32_i8(hi, x0 + 32), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c])), sum32(x0), accm);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c + 1])), sum32(x0 + 32), accm);
+            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c), dot32_i8(lo, x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c + 1), dot32_i8(hi, x0 + 32), acc);
+            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c), sum32(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c + 1), sum32(x0 + 32), accm);
         }
     }
     return hsum(_mm256_sub_ps(acc, accm));
@@ -628,9 +645,8 @@ FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q5_K::size.block_bytes;
-        const float d = half_at(b), dmin = half_at(b + 2);
-        uint8_t sc[8], mn[8];
-        k4_scale_min(b + 4, sc, mn);
+        alignas(32) float dsc[8], dmn[8];
+        k4_scales(b, dsc, dmn);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
         for (int c = 0; c < 4; ++c) {
             const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * c));
@@ -641,13 +657,21 @@ FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, m4), h0);
             const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), h1);
             const float* x0 = x + 64 * c;
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c])), dot32_i8(lo, x0), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[2 * c + 1])), dot32_i8(hi, x0 + 32), acc);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c])), sum32(x0), accm);
-            accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(mn[2 * c + 1])), sum32(x0 + 32), accm);
+            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c), dot32_i8(lo, x0), acc);
+            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c + 1), dot32_i8(hi, x0 + 32), acc);
+            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c), sum32(x0), accm);
+            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c + 1), sum32(x0 + 32), accm);
         }
     }
     return hsum(_mm256_sub_ps(acc, accm));
+}
+
+// Q6_K: the 16 (d * scale) of a block as floats, converted 8 at a time
+FTW_AVX2 inline void q6k_scales(const uint8_t* b, float* dsc) {
+    const __m256 d = _mm256_set1_ps(half_hw(b + 208));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    _mm256_storeu_ps(dsc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(dsc + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
 }
 
 FTW_AVX2 float dot_q6_k_avx2(const uint8_t* row, const float* x, int64_t n) {
@@ -655,8 +679,8 @@ FTW_AVX2 float dot_q6_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q6_K::size.block_bytes;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-        const float d = half_at(b + 208);
+        alignas(32) float dsc[16];
+        q6k_scales(b, dsc);
         for (int h = 0; h < 2; ++h) {
             const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
             const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
@@ -669,8 +693,8 @@ FTW_AVX2 float dot_q6_k_avx2(const uint8_t* row, const float* x, int64_t n) {
                 const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[s], _mm256_slli_epi16(high, 4)), off);
                 const float* xs = x + 128 * h + 32 * s;
                 const int k = 8 * h + 2 * s;
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[k])), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc[k + 1])),
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k + 1),
                                       dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
             }
         }
@@ -700,8 +724,8 @@ FTW_AVX2 float dot_q4_1_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q4_1::size.block_bytes;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b)), dot32_i8(nibbles(b + 4), x), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b + 2)), sum32(x), accm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(nibbles(b + 4), x), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b + 2)), sum32(x), accm);
     }
     return hsum(_mm256_add_ps(acc, accm));
 }
@@ -711,8 +735,8 @@ FTW_AVX2 float dot_q5_1_avx2(const uint8_t* row, const float* x, int64_t n) {
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q5_1::size.block_bytes;
         const __m256i q = _mm256_or_si256(nibbles(b + 8), fifth_bits(rd32(b + 4)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b)), dot32_i8(q, x), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b + 2)), sum32(x), accm);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(q, x), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b + 2)), sum32(x), accm);
     }
     return hsum(_mm256_add_ps(acc, accm));
 }
@@ -723,7 +747,7 @@ FTW_AVX2 float dot_q5_0_avx2(const uint8_t* row, const float* x, int64_t n) {
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q5_0::size.block_bytes;
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth_bits(rd32(b + 2))), off);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(b)), dot32_i8(q, x), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(q, x), acc);
     }
     return hsum(acc);
 }
@@ -734,7 +758,7 @@ FTW_AVX2 float dot_q2_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q2_K::size.block_bytes;
-        const float d = half_at(b + 80), dmin = half_at(b + 82);
+        const float d = half_hw(b + 80), dmin = half_hw(b + 82);
         for (int h = 0; h < 2; ++h) {
             const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * h));
             for (int s = 0; s < 4; ++s) {
@@ -758,7 +782,7 @@ FTW_AVX2 float dot_q3_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q3_K::size.block_bytes;
         const uint8_t* s = b + 96;
-        const float d = half_at(b + 108);
+        const float d = half_hw(b + 108);
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
         for (int h = 0; h < 2; ++h) {
             const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 + 32 * h));
@@ -803,7 +827,7 @@ FTW_AVX2 float dot_iq2_xxs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ2_XXS::size.block_bytes;
-        const float d = half_at(b);
+        const float d = half_hw(b);
         for (int j = 0; j < 8; ++j, x += 32) {
             const uint32_t a0 = rd32(b + 2 + 8 * j), a1 = rd32(b + 6 + 8 * j);
             __m256 s = _mm256_setzero_ps();
@@ -821,7 +845,7 @@ FTW_AVX2 float dot_iq2_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ2_XS::size.block_bytes;
-        const float d = half_at(b);
+        const float d = half_hw(b);
         for (int k = 0; k < 32; k += 2, x += 16) {  // two grid rows share a scale nibble
             const uint16_t q0 = rd16(b + 2 + 2 * k), q1 = rd16(b + 4 + 2 * k);
             const __m256 w0 = signed_grid8(grid8(tb::iq2xs_grid[q0 & 511]), tb::ksigns[q0 >> 9]);
@@ -838,7 +862,7 @@ FTW_AVX2 float dot_iq3_xxs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ3_XXS::size.block_bytes;
-        const float d = half_at(b);
+        const float d = half_hw(b);
         const uint8_t* qs = b + 2;
         for (int j = 0; j < 8; ++j, x += 32) {
             const uint32_t s32 = rd32(b + 66 + 4 * j);
@@ -857,7 +881,7 @@ FTW_AVX2 float dot_iq3_s_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ3_S::size.block_bytes;
-        const float d = half_at(b);
+        const float d = half_hw(b);
         const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
         for (int j = 0; j < 8; ++j, x += 32) {
             __m256 s = _mm256_setzero_ps();
@@ -889,27 +913,29 @@ FTW_AVX2 float fdot_avx2(const float* a, const float* b) {
 
 bool cpu_has_avx2() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
 #endif  // FTW_GGML_X86
 
 using DotFn = float (*)(const uint8_t*, const float*, int64_t);
 
-// The one table. `simd` is the type's AVX2 kernel, or nullptr where the portable one is used.
+// The one table. `avx2` is the type's SIMD kernel, nullptr where it has none. (AVX-512 versions
+// of the Q8_0/Q4_K/Q6_K kernels were measured no faster on a Sapphire Rapids core: these
+// kernels are bound by uops per value, not vector width.)
 struct Entry {
     TypeTraits traits;
-    DotFn simd;
+    DotFn avx2;
 };
 
 template <class K>
 void dot_multi(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
 
 template <class K>
-constexpr Entry entry(const char* name, DotFn simd = nullptr) {
+constexpr Entry entry(const char* name, DotFn avx2 = nullptr) {
     return {{name, K::size.id, K::size.block_values, K::size.block_bytes, &to_float<K>,
              &dot_portable<K>, &dot_portable<K>, &dot_multi<K>},
-            simd};
+            avx2};
 }
 
 #ifdef FTW_GGML_X86
@@ -941,18 +967,21 @@ Entry g_entries[] = {
     entry<MXFP4>("MXFP4", FTW_SIMD(dot_mxfp4_avx2)),
 };
 
-// Picks the SIMD kernels once, at first use (static initialisation order does not matter).
-// FTW_GGML_PORTABLE=1 keeps the portable kernels everywhere (how the tests cover them on a CPU
-// that has AVX2).
+// Picks the kernels once, at first use (static initialisation order does not matter): AVX2
+// where the CPU has it, unless the environment variable FTW_GGML_SIMD=portable asks for the
+// portable kernels (how the tests cover them on an AVX2 machine).
+enum Level { kPortable = 0, kAvx2 = 1 };
+constexpr const char* kLevelNames[] = {"portable", "avx2"};
+
 struct Table {
-    bool simd = false;
+    Level level = kPortable;
     Table() {
 #ifdef FTW_GGML_X86
-        const char* portable = std::getenv("FTW_GGML_PORTABLE");
-        simd = cpu_has_avx2() && !(portable && *portable && std::string_view(portable) != "0");
+        const char* cap = std::getenv("FTW_GGML_SIMD");
+        if (cpu_has_avx2() && !(cap && std::string_view(cap) == "portable")) level = kAvx2;
 #endif
         for (Entry& e : g_entries)
-            if (simd && e.simd) e.traits.dot = e.simd;
+            if (level >= kAvx2 && e.avx2) e.traits.dot = e.avx2;
     }
 };
 
@@ -982,7 +1011,7 @@ void dot_multi(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64
     }
     if constexpr (B > 1) {
 #ifdef FTW_GGML_X86
-        if (table().simd) return dot_multi_decoded<K>(row, x, ldx, m, n, out, &fdot_avx2<B>);
+        if (table().level >= kAvx2) return dot_multi_decoded<K>(row, x, ldx, m, n, out, &fdot_avx2<B>);
 #endif
         dot_multi_decoded<K>(row, x, ldx, m, n, out, &fdot_portable<B>);
     }
@@ -1028,6 +1057,6 @@ void check_row(const TypeTraits& t, int64_t n, int64_t nbytes, std::string_view 
                           std::to_string(t.row_bytes(n)) + " bytes, got " + std::to_string(nbytes));
 }
 
-bool simd_active() { return table().simd; }
+const char* simd_level() { return kLevelNames[table().level]; }
 
 }  // namespace ftw::ggml

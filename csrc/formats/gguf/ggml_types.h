@@ -21,7 +21,7 @@ struct TypeTraits {
     // n values (a multiple of block_values) of a row -> float32, bit-exact to ggml
     void (*to_float)(const uint8_t* src, float* dst, int64_t n);
     // sum_i value(row)[i] * x[i] over n values, float32 accumulation; blocks are dequantized in
-    // registers one at a time. Best kernel this CPU runs (AVX2 where one exists).
+    // registers one at a time. The AVX2 kernel where the CPU has AVX2, else the portable one.
     float (*dot)(const uint8_t* row, const float* x, int64_t n);
     // the portable C++ dot, always compiled; `dot` is this where no SIMD kernel applies
     float (*dot_portable)(const uint8_t* row, const float* x, int64_t n);
@@ -46,8 +46,8 @@ const TypeTraits& lookup(std::string_view name);
 // the block size); `what` names the row in the message.
 void check_row(const TypeTraits& t, int64_t n, int64_t nbytes, std::string_view what);
 
-// Whether `dot` uses SIMD kernels in this process (AVX2+FMA found at run time, and the
-// environment variable FTW_GGML_PORTABLE unset or 0).
-bool simd_active();
+// The kernels `dot` runs in this process: "avx2" (found at run time) or "portable" (no AVX2, or
+// the environment variable FTW_GGML_SIMD=portable).
+const char* simd_level();
 
 }  // namespace ftw::ggml
