@@ -199,6 +199,8 @@ def load_expert_banks(
             raise FtwError(f"{f.path}: no MoE layers to load")
         by_format: dict[LayerFormat, list[int]] = defaultdict(list)
         for layer in wanted:
+            if f.layer_formats[layer].known:  # a runtime sizes buffers by the format: refuse a
+                f.check_layer(layer)  # layer whose banks contradict it before anything is allocated
             by_format[f.layer_formats[layer]].append(layer)
         alloc = _Allocator(pin)
         f.mm  # map before the threads start: each would otherwise race to map the file

@@ -36,13 +36,12 @@ class Affine(ExpertFormat):
     @classmethod
     def banks(cls, H, I, options):
         bits, gs = options["bits"], options["group_size"]
-        group = {}
+        banks = {}
         for p, (rows, cols) in (("gate_up", (2 * I, H)), ("down", (H, I))):
-            group[p] = BankSpec(p, ("u32",), (rows, cols * bits // 32))
-        for p, (rows, cols) in (("gate_up", (2 * I, H)), ("down", (H, I))):
-            for part in ("scale", "offset"):
-                group[f"{p}_{part}"] = BankSpec(f"{p}_{part}", SCALE_DTYPES, (rows, cols // gs))
-        return group
+            banks[p] = BankSpec(p, ("u32",), (rows, cols * bits // 32))
+            banks[f"{p}_scale"] = BankSpec(f"{p}_scale", SCALE_DTYPES, (rows, cols // gs))
+            banks[f"{p}_offset"] = BankSpec(f"{p}_offset", SCALE_DTYPES, (rows, cols // gs))
+        return {n: banks[n] for n in cls.bank_names}
 
     @classmethod
     def decode(cls, rows, H, I, options):

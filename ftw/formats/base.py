@@ -125,13 +125,13 @@ class ExpertFormat:
             problem = opt.check(value)
             if problem:
                 raise FormatError(f"{where}: {cls.name} option {key!r} must be {problem}, got {value!r:.60}")
+        cls.check_combination(options, where)
         for opt in cls.options:
             if opt.required and opt.name not in options:
                 raise FormatError(f"{where}: {cls.name} needs option {opt.name!r} ({opt.doc})")
         if cls.required_options and not any(set(alt) <= set(options) for alt in cls.required_options):
             alts = " or ".join("+".join(a) for a in cls.required_options)
             raise FormatError(f"{where}: {cls.name} needs options {alts}")
-        cls.check_combination(options, where)
 
     @classmethod
     def check_combination(cls, options: Mapping[str, Any], where: str) -> None:
