@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ftw.formats import LayerFormat  # noqa: E402
 from ftw.loader import ExpertBanks  # noqa: E402
@@ -108,7 +105,7 @@ def bench_fill(gib: float, reps: int) -> list[dict]:
         per_expert = sum(rows.values())
         n = max(4, int(gib * GiB / per_expert)) // 2 * 2
         E = min(n, 128) // 2 * 2
-        layers = max(1, n // E)
+        layers = max(1, round(n / E))
         banks = banks_of(rows, fmt, layers, E, pinned=True)
         pools = SlotPools(banks, slots=layers * E // 2, top_k=1, decode_batch=1, backend="cuda",
                           stream=torch.cuda.current_stream().cuda_stream)
@@ -123,6 +120,7 @@ def bench_fill(gib: float, reps: int) -> list[dict]:
                 pools._p.set_batch_min_row(256 * KiB)  # noqa: SLF001
             bw = step_bytes / time_fill(pools, layers, E, reps)
             res[mech] = {"GBps": bw / 1e9, "ratio": bw / peak}
+        res["batch_call_failures"] = pools._p.batch_call_failures  # noqa: SLF001
         out.append(res)
         del pools, banks
         torch.cuda.empty_cache()

@@ -160,6 +160,7 @@ FTW_BINDINGS(pools) {
         .def_prop_ro("backend", [](SlotPools& s) { return s.backend().name(); })
         .def_prop_ro("last_batch_calls", [](SlotPools& s) { return s.backend().last_batch_calls; })
         .def_prop_ro("last_kernel_calls", [](SlotPools& s) { return s.backend().last_kernel_calls; })
+        .def_prop_ro("batch_call_failures", [](SlotPools& s) { return s.backend().batch_call_failures; })
         .def("set_host_bank",
              [](SlotPools& s, int bank, int layer, nb::ndarray<nb::c_contig> a) {
                  const int dev = a.device_type();

@@ -104,9 +104,11 @@ public:
             cudaGetLastError();
             throw FormatError("pools: " + what + " is not page-locked host memory; load the banks with pin=True");
         }
-        void* dev = nullptr;
-        check(cudaHostGetDevicePointer(&dev, const_cast<void*>(host), 0), "cudaHostGetDevicePointer");
-        if (dev != host)
+        // cudaHostRegister'd memory (the loader's) is reachable at its host address where the
+        // device says so; cudaHostAlloc'd memory is mapped at it under UVA
+        int same = 0;
+        cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem, device_);
+        if (a.devicePointer != host && !same)
             throw UnsupportedError("pools: " + what + ": this device maps page-locked memory at another address");
         return host;
     }
@@ -155,9 +157,19 @@ public:
             attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
             attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
             size_t attr_idx = 0;
-            check(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_idx, 1, copy_),
-                  "cudaMemcpyBatchAsync");
-            ++last_batch_calls;
+            const cudaError_t rc = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                                                        &attr_idx, 1, copy_);
+            if (rc == cudaSuccess) {
+                ++last_batch_calls;
+            } else {
+                // a driver that refuses the batch call: the kernel takes those rows too (the
+                // bench reports batch_call_failures), never a loop of cudaMemcpyAsync
+                cudaGetLastError();
+                ++batch_call_failures;
+                for (size_t j = 0; j < dsts.size(); ++j)
+                    small.push_back({static_cast<const uint8_t*>(srcs[j]), static_cast<uint8_t*>(dsts[j]),
+                                     static_cast<int64_t>(sizes[j])});
+            }
         }
         if (!small.empty()) {
             // the op list goes into this batch's pinned scratch; the kernel reads it in place

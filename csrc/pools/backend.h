@@ -63,6 +63,7 @@ public:
     // What the last submit used, for tests and the bench: ops by mechanism.
     int64_t last_batch_calls = 0;   // cudaMemcpyBatchAsync calls (host: memcpy batches)
     int64_t last_kernel_calls = 0;  // copy-kernel launches
+    int64_t batch_call_failures = 0;  // batches whose cudaMemcpyBatchAsync the driver refused
 };
 
 std::unique_ptr<Backend> make_host_backend();

@@ -190,7 +190,7 @@ std::vector<std::vector<int32_t>> SlotPools::request(const std::vector<int>& lay
     std::vector<std::pair<const int32_t*, int32_t*>> up;
     for (int row : dirty_rows) up.push_back({table_.data() + int64_t(row) * E_, table_dev_ + int64_t(row) * E_});
     upload_rows(batch, up);
-    if (!batch.ops.empty()) backend_->submit(batch, 0);
+    backend_->submit(batch, 0);  // an empty batch launches nothing (and says so in last_*)
 
     std::vector<std::vector<int32_t>> out(layers.size());
     for (size_t i = 0; i < layers.size(); ++i)
