@@ -255,6 +255,7 @@ def main() -> None:
     ap.add_argument("--reuse", type=float, default=0.375)
     ap.add_argument("--lambdas", default="0.002,0.01,0.05,0.2")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json-out", help="also write the results as JSON to this file")
     a = ap.parse_args()
     parts = set(a.part.split(","))
     gpu = cuda_ready()
@@ -295,6 +296,9 @@ def main() -> None:
                       "  ".join(f"{r[n]:10.3f}" for n in names))
     if a.json:
         print(json.dumps(res, indent=2))
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(res, f, indent=2)
 
 
 if __name__ == "__main__":
