@@ -2,8 +2,13 @@
 
 namespace ftw::cpu {
 
+// defined in csrc/formats/<name>/cpu.cpp
+extern const FormatInfo kBf16, kFp8Block, kNvfp4, kMxfp4, kDsFp4, kMxfp8, kAffine, kGguf;
+
 const std::vector<const FormatInfo*>& formats() {
-    static const std::vector<const FormatInfo*> table = {};
+    static const std::vector<const FormatInfo*> table = {
+        &kBf16, &kFp8Block, &kNvfp4, &kMxfp4, &kDsFp4, &kMxfp8, &kAffine, &kGguf,
+    };
     return table;
 }
 

@@ -1,17 +1,15 @@
-// The one table of CPU expert formats: name -> {banks it reads, factory of its kernel}.
-// Each format's kernel lives in csrc/formats/<name>/cpu.cpp and exports one FormatInfo; the table
-// in format_registry.cpp lists them (ggml's type-traits pattern). Nothing else in csrc/ switches
-// on a format name.
+// The one table of CPU expert formats: name -> FormatInfo {name, factory of its kernel}.
+// Each format's kernel lives in csrc/formats/<name>/cpu.cpp and defines one FormatInfo; the
+// table in format_registry.cpp lists them (ggml's type-traits pattern). Nothing else in csrc/
+// switches on a format name. Adding a format: its folder, and one line in the table.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace ftw::cpu {
+#include "core/cpu_format.h"
 
-struct FormatInfo {
-    const char* name;                 // the registry name in ftw.formats (e.g. "nvfp4")
-};
+namespace ftw::cpu {
 
 // Every registered CPU format, in table order.
 const std::vector<const FormatInfo*>& formats();

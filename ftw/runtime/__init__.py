@@ -17,4 +17,11 @@ def cuda_device_count() -> int:
     return int(_runtime.cuda_device_count())
 
 
-__all__ = ["build_info", "cuda_device_count"]
+def cpu_formats() -> list[str]:
+    """Formats the CPU executor has kernels for (the C++ registry's names)."""
+    return list(_runtime.cpu_formats())
+
+
+from .cpu import CpuMoeExecutor  # noqa: E402
+
+__all__ = ["build_info", "cuda_device_count", "cpu_formats", "CpuMoeExecutor"]

@@ -1,0 +1,50 @@
+// Chunk decoders shared by several formats (see matmul_by_chunks in cpu_format.h).
+#pragma once
+
+#include "core/cpu_format.h"
+
+namespace ftw::cpu {
+
+// e2m1 pairs (low nibble first) with one E8M0 scale per 32 values: mxfp4 and ds_fp4.
+//   gate_up [2I, H/2] u8 (or i8: same bytes), gate_up_scale [2I, H/32] e8m0; down likewise.
+struct Fp4E8m0Decoder {
+    struct Ctx {
+        const uint8_t* w;
+        const uint8_t* s;
+        int64_t K;
+    };
+
+    static std::vector<BankNeed> fp4_needs(int64_t H, int64_t I) {
+        require_multiple("fp4", "H", H, 32);
+        require_multiple("fp4", "I", I, 32);
+        return {
+            {"gate_up", {DType::U8, DType::I8}, 2 * I * H / 2},
+            {"down", {DType::U8, DType::I8}, H * I / 2},
+            {"gate_up_scale", {DType::E8M0, DType::U8}, 2 * I * H / 32},
+            {"down_scale", {DType::E8M0, DType::U8}, H * I / 32},
+        };
+    }
+    std::vector<BankNeed> needs(int64_t H, int64_t I) const { return fp4_needs(H, I); }
+
+    Ctx bind(const LayerBanks& L, int64_t e, Proj p) const {
+        return {L.at(bank_name(p)).expert(e), L.at(bank_name(p, "_scale")).expert(e),
+                p == Proj::GateUp ? L.H : L.I};
+    }
+
+    void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
+        const uint8_t* w = c.w + r * (c.K / 2) + k0 / 2;
+        const uint8_t* s = c.s + r * (c.K / 32) + k0 / 32;
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const float scale = num::kE8M0[s[b]];
+            float lut[16];
+            for (int j = 0; j < 16; ++j) lut[j] = num::kE2M1[j] * scale;
+            for (int j = 0; j < 16; ++j) {
+                const uint8_t q = w[b * 16 + j];
+                out[b * 32 + 2 * j] = lut[q & 0xF];
+                out[b * 32 + 2 * j + 1] = lut[q >> 4];
+            }
+        }
+    }
+};
+
+}  // namespace ftw::cpu

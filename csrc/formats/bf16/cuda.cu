@@ -1,0 +1,38 @@
+// bf16 experts on the GPU: rows are already bf16, so the decoder hands the stored pairs to the
+// tensor cores unchanged (exact). Optional expert biases (gpt-oss bf16).
+#include "cuda/experts_kernels.cuh"
+
+namespace ftw::cuda {
+namespace {
+
+struct Bf16Decoder {
+    static constexpr int VEC = 8;
+    struct Row { const uint4* w; };
+    struct Raw { uint4 w; };
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
+        const int in = proj == 0 ? p.H : p.I;
+        return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * in * 2)};
+    }
+    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u)}; }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[4]) {
+        w[0] = raw.w.x, w[1] = raw.w.y, w[2] = raw.w.z, w[3] = raw.w.w;
+    }
+    __device__ static void permute(const uint32_t (&x)[4], uint32_t (&a)[4]) { permute_identity(x, a); }
+    __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
+};
+
+// banks: gate_up [2I, H] bf16, down [H, I] bf16, gate_up_bias [2I], down_bias [H] (optional)
+int needs(int H, int I, const KernelParams& p, BankNeed* out) {
+    const int b = p.bias_f32 ? 4 : 2;
+    out[0] = {0, "gate_up", int64_t(2) * I * H * 2, 16, false};
+    out[1] = {1, "down", int64_t(H) * I * 2, 16, false};
+    out[2] = {2, "gate_up_bias", int64_t(2) * I * b, b, true};
+    out[3] = {3, "down_bias", int64_t(H) * b, b, true};
+    return 4;
+}
+
+}  // namespace
+
+FTW_CUDA_FORMAT(bf16, Bf16Decoder, needs, 2, 3, false);
+
+}  // namespace ftw::cuda

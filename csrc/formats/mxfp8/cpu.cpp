@@ -1,0 +1,44 @@
+// MXFP8 experts: e4m3 weights with an E8M0 scale per 32 values along the input.
+#include "core/cpu_format.h"
+
+namespace ftw::cpu {
+namespace {
+
+struct Mxfp8Decoder {
+    struct Ctx {
+        const uint8_t* w;
+        const uint8_t* s;
+        int64_t K;
+    };
+
+    std::vector<BankNeed> needs(int64_t H, int64_t I) const {
+        require_multiple("mxfp8", "H", H, 32);
+        require_multiple("mxfp8", "I", I, 32);
+        return {
+            {"gate_up", {DType::F8E4M3, DType::U8}, 2 * I * H},
+            {"down", {DType::F8E4M3, DType::U8}, H * I},
+            {"gate_up_scale", {DType::E8M0, DType::U8}, 2 * I * H / 32},
+            {"down_scale", {DType::E8M0, DType::U8}, H * I / 32},
+        };
+    }
+
+    Ctx bind(const LayerBanks& L, int64_t e, Proj p) const {
+        return {L.at(bank_name(p)).expert(e), L.at(bank_name(p, "_scale")).expert(e), p == Proj::GateUp ? L.H : L.I};
+    }
+
+    void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
+        const uint8_t* w = c.w + r * c.K + k0;
+        const uint8_t* s = c.s + r * (c.K / 32) + k0 / 32;
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const float scale = num::kE8M0[s[b]];
+            for (int j = 0; j < 32; ++j) out[b * 32 + j] = num::kE4M3[w[b * 32 + j]] * scale;
+        }
+    }
+};
+
+}  // namespace
+
+extern const FormatInfo kMxfp8 = {
+    "mxfp8", [](const Options&) -> std::unique_ptr<Format> { return std::make_unique<ChunkedFormat<Mxfp8Decoder>>(Mxfp8Decoder{}); }};
+
+}  // namespace ftw::cpu

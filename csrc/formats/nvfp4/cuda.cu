@@ -1,0 +1,65 @@
+// NVFP4 experts on the GPU: e2m1 pairs (low nibble first), one e4m3 scale per 16 inputs, one
+// float32 global per row. A 16-byte unit holds 32 values and their two block scales; e2m1 times
+// an e4m3 scale has at most 6 significant bits, so the bf16 weights are exact, and the global
+// multiplies the row's dot product afterwards (exact up to float32 accumulation).
+#include "cuda/experts_kernels.cuh"
+
+namespace ftw::cuda {
+namespace {
+
+struct Nvfp4Decoder {
+    static constexpr int VEC = 32;
+    struct Row {
+        const uint4* w;
+        const unsigned short* s;  // two e4m3 scales per 16-byte unit
+    };
+    struct Raw {
+        uint4 w;
+        uint32_t s;
+    };
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
+        const int in = proj == 0 ? p.H : p.I;
+        return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * (in / 2)),
+                reinterpret_cast<const unsigned short*>(bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 16))};
+    }
+    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u)}; }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t m2[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {  // scale * 2^64: with e2m1's 2^-126, w * 2^-62 (exact)
+            const float s = e4m3_to_float((raw.s >> (8 * k)) & 0xFFu) * 1.8446744073709552e19f;
+            const uint32_t m = __float_as_uint(s) >> 16;
+            m2[k] = m | (m << 16);
+        }
+        const uint32_t q[4] = {raw.w.x, raw.w.y, raw.w.z, raw.w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t v[4];
+            e2m1x8_raw(q[i], v);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2[i / 2]);
+        }
+    }
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
+    __device__ static float post(const KernelParams& p, int proj, int slot, int r) {
+        return kTwo62 * __ldg(reinterpret_cast<const float*>(bank_row(p, 4 + proj, slot)) + r);
+    }
+};
+
+// banks: gate_up [2I, H/2] u8, down [H, I/2], gate_up_scale [2I, H/16] e4m3, down_scale [H, I/16],
+// gate_up_global [2I] f32, down_global [H] f32
+int needs(int H, int I, const KernelParams&, BankNeed* out) {
+    out[0] = {0, "gate_up", int64_t(2) * I * (H / 2), 16, false};
+    out[1] = {1, "down", int64_t(H) * (I / 2), 16, false};
+    out[2] = {2, "gate_up_scale", int64_t(2) * I * (H / 16), 2, false};
+    out[3] = {3, "down_scale", int64_t(H) * (I / 16), 2, false};
+    out[4] = {4, "gate_up_global", int64_t(2) * I * 4, 4, false};
+    out[5] = {5, "down_global", int64_t(H) * 4, 4, false};
+    return 6;
+}
+
+}  // namespace
+
+FTW_CUDA_FORMAT(nvfp4, Nvfp4Decoder, needs, -1, -1, false);
+
+}  // namespace ftw::cuda
