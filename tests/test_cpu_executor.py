@@ -380,3 +380,21 @@ def test_cpp_bank_needs_agree_with_the_format_classes(rng):
     for name, options, act, biases in CASES:
         layer = random_layer(name, 256, 256, 2, rng, options, biases=biases)
         CpuMoeExecutor(expert_banks({0: layer}, act), threads=1)
+
+
+# -- the check's roundtrip helper ----------------------------------------------------------
+
+
+def test_roundtrip_cpu_agrees_and_catches_a_wrong_expert(rng):
+    from ftw.runtime.roundtrip import roundtrip_cpu
+
+    layer = random_layer("nvfp4", 256, 128, 6, rng)
+    ex = CpuMoeExecutor(expert_banks({2: layer}, SILU_CLAMP), threads=2)
+    weights = {e: layer.weights(e) for e in (0, 2, 3, 5)}  # a sample of the experts, as check takes
+    got = roundtrip_cpu(ex, 2, weights, SILU_CLAMP, rng, steps=3)
+    assert got["max_rel_err"] < RTOL_F32 and got["tokens"] >= 3 and got["steps"] == 3
+    # a source expert that differs from the file's (one weight row changed) is caught
+    weights[3] = dict(weights[3], down=weights[3]["down"].copy())
+    weights[3]["down"][7] *= 1.5
+    bad = roundtrip_cpu(ex, 2, weights, SILU_CLAMP, rng, steps=6)
+    assert bad["max_rel_err"] > 1e-3
