@@ -1,0 +1,324 @@
+"""CUDA expert kernels on the GPU: decode bandwidth and prefill TFLOP/s, against baselines
+measured in the same run (issue 13, Performance).
+
+    python3 bench/bench_kernels.py [--json PATH] [--quick] [--formats bf16,nvfp4,...]
+    python3 bench/bench_kernels.py --sanitize     # one small decode + prefill per format
+                                                   # (run it under compute-sanitizer)
+
+Decode (top_k = 8) at two layer sizes: Qwen3-30B-A3B-like (H=2048, I=768, E=128) and
+DeepSeek-V3-like (H=7168, I=2048, E=256). Each layer holds all E experts (random bytes in the
+format's stored layout) behind an identity slot table; step s routes to experts 8s..8s+7
+(mod E), so consecutive steps read different rows and a row is read again only after all E
+experts' bytes (>= 4x the 60 MB L2 at every size and format) went by. Steps are captured in a
+CUDA graph and timed with CUDA events over many replays.
+
+- effective bandwidth = bytes of the routed experts' rows (every bank: weights, scales,
+  globals, biases) / time per step;
+- ceiling = a read-only streaming kernel (ftw._runtime.cuda_stream_read) over the same number
+  of bytes per step, also cycling through the layer's memory, captured and timed the same way;
+- torch reference = the routed experts decoded to bf16 by torch operations, then torch
+  matmuls per expert (dequantization included in its time), eager;
+- T = 8 with the same 8 experts for every token vs T = 1; T = 8 with independent routings.
+
+Prefill: T = 2048 tokens, top_k = 8, uniform random routing, TFLOP/s (2 * T * K * 3 * H * I
+flops per layer) against a torch bf16 matmul (8192^3) in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from ftw.formats import Activation, LayerFormat  # noqa: E402
+from ftw.runtime import cuda_experts as ce  # noqa: E402
+
+SIZES = {"qwen3-30b-a3b": (2048, 768, 128), "deepseek-v3": (7168, 2048, 256)}
+FORMATS = ["bf16", "fp8_block", "nvfp4", "mxfp4", "ds_fp4", "mxfp8"]
+K = 8
+L2_BYTES = 60 << 20
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# ---- random layers on the GPU, in each format's stored bytes -----------------------------------
+
+
+def _bytes(shape, dev, lo=0, hi=256, mask=None):
+    t = torch.randint(lo, hi, shape, dtype=torch.uint8, device=dev)
+    return t & mask if mask is not None else t
+
+
+def random_layer(name: str, H: int, I: int, E: int, dev) -> ce.LayerView:  # noqa: E741
+    b = {}
+    opts = {}
+    e4m3 = dict(mask=0xBF)  # bit 6 clear: no NaN code (0x7F/0xFF), magnitudes up to 1.875
+    if name == "bf16":
+        b["gate_up"] = torch.randn((E, 2 * I, H), dtype=torch.bfloat16, device=dev) * 0.02
+        b["down"] = torch.randn((E, H, I), dtype=torch.bfloat16, device=dev) * 0.02
+    elif name == "fp8_block":
+        opts["block_size"] = [128, 128]
+        b["gate_up"] = _bytes((E, 2 * I, H), dev, **e4m3)
+        b["down"] = _bytes((E, H, I), dev, **e4m3)
+        b["gate_up_scale"] = torch.rand((E, 2 * cdiv(I, 128), cdiv(H, 128)), device=dev) * 1e-2
+        b["down_scale"] = torch.rand((E, cdiv(H, 128), cdiv(I, 128)), device=dev) * 1e-2
+    elif name == "mxfp8":
+        b["gate_up"] = _bytes((E, 2 * I, H), dev, **e4m3)
+        b["down"] = _bytes((E, H, I), dev, **e4m3)
+        b["gate_up_scale"] = _bytes((E, 2 * I, H // 32), dev, 118, 124)
+        b["down_scale"] = _bytes((E, H, I // 32), dev, 118, 124)
+    elif name == "nvfp4":
+        b["gate_up"] = _bytes((E, 2 * I, H // 2), dev)
+        b["down"] = _bytes((E, H, I // 2), dev)
+        b["gate_up_scale"] = _bytes((E, 2 * I, H // 16), dev, 0x30, 0x48)
+        b["down_scale"] = _bytes((E, H, I // 16), dev, 0x30, 0x48)
+        b["gate_up_global"] = torch.rand((E, 2 * I), device=dev) * 1e-3
+        b["down_global"] = torch.rand((E, H), device=dev) * 1e-3
+    elif name in ("mxfp4", "ds_fp4"):
+        b["gate_up"] = _bytes((E, 2 * I, H // 2), dev)
+        b["down"] = _bytes((E, H, I // 2), dev)
+        b["gate_up_scale"] = _bytes((E, 2 * I, H // 32), dev, 118, 124)
+        b["down_scale"] = _bytes((E, H, I // 32), dev, 118, 124)
+        if name == "mxfp4":
+            b["gate_up_bias"] = torch.randn((E, 2 * I), dtype=torch.bfloat16, device=dev)
+            b["down_bias"] = torch.randn((E, H), dtype=torch.bfloat16, device=dev)
+        else:
+            opts["act_block"] = 128
+    return ce.LayerView(LayerFormat.of(name, opts), b, torch.arange(E, dtype=torch.int32, device=dev))
+
+
+def expert_nbytes(view: ce.LayerView) -> int:
+    return sum(t[0].numel() * t.element_size() for t in view.banks.values())
+
+
+# ---- the torch reference: decode to bf16 by torch ops, then matmuls per expert -----------------
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def torch_dequant(view: ce.LayerView, proj: str, e: int) -> torch.Tensor:
+    name, b = view.format.name, view.banks
+    w = b[proj][e]
+    if name == "bf16":
+        return w
+    if name in ("fp8_block", "mxfp8"):
+        v = w.view(torch.float8_e4m3fn).float()
+    else:
+        lut = torch.tensor(E2M1, device=w.device)
+        v = torch.stack([lut[(w & 0xF).long()], lut[(w >> 4).long()]], dim=-1).reshape(w.shape[0], -1)
+    s = b[proj + "_scale"][e]
+    if name == "fp8_block":
+        I = b["gate_up"].shape[1] // 2  # noqa: E741
+        rows = torch.arange(v.shape[0], device=v.device)
+        if proj == "gate_up":
+            rb = torch.where(rows < I, rows // 128, cdiv(I, 128) + (rows - I) // 128)
+        else:
+            rb = rows // 128
+        scale = s[rb].repeat_interleave(128, dim=1)[:, : v.shape[1]]
+    elif name == "nvfp4":
+        scale = s.view(torch.float8_e4m3fn).float().repeat_interleave(16, dim=1) * b[proj + "_global"][e][:, None]
+    else:
+        scale = torch.exp2(s.float() - 127).repeat_interleave(32, dim=1)
+    return (v * scale).to(torch.bfloat16)
+
+
+def torch_reference(view: ce.LayerView, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+    I = view.banks["gate_up"].shape[1] // 2  # noqa: E741
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for e in torch.unique(ids).tolist():
+        tok, kk = (ids == e).nonzero(as_tuple=True)
+        gu = torch_dequant(view, "gate_up", e)
+        h = x[tok] @ gu.T
+        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+        y = a @ torch_dequant(view, "down", e).T
+        out.index_add_(0, tok, y.float() * wts[tok, kk][:, None])
+    return out
+
+
+# ---- timing -------------------------------------------------------------------------------------
+
+
+def graph_time(steps, replays: int) -> float:
+    """Seconds per step: `steps` (callables) captured in one CUDA graph, replayed."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in steps:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in steps:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(replays):
+        g.replay()
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) / 1e3 / (replays * len(steps))
+
+
+def eager_time(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0.record()
+    for _ in range(reps):
+        fn()
+    t1.record()
+    torch.cuda.synchronize()
+    return t0.elapsed_time(t1) / 1e3 / reps
+
+
+def decode_plan(E: int, T: int, nsteps: int, same: bool, dev) -> list[torch.Tensor]:
+    plans = []
+    for s in range(nsteps):
+        if same:
+            row = [(K * s + j) % E for j in range(K)]
+            ids = [row] * T
+        else:
+            ids = [[(K * T * s + K * t + j) % E for j in range(K)] for t in range(T)]
+        plans.append(torch.tensor(ids, dtype=torch.int32, device=dev))
+    return plans
+
+
+def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool, dev, replays: int,  # noqa: E741
+                 ceiling_buf: torch.Tensor, sink: torch.Tensor) -> dict:
+    per_expert = expert_nbytes(view)
+    nsteps = max(8, min(64, cdiv(E, K * (1 if same else T))))
+    plans = decode_plan(E, T, nsteps, same, dev)
+    distinct = [len(torch.unique(p)) for p in plans]
+    step_bytes = sum(distinct) / nsteps * per_expert
+    xs = [torch.randn((T, H), dtype=torch.bfloat16, device=dev) for _ in range(nsteps)]
+    wts = torch.rand((T, K), device=dev)
+    out = torch.empty((T, H), dtype=torch.float32, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
+             for s in range(nsteps)]
+    t = graph_time(steps, replays)
+    # ceiling: stream the same number of bytes per step, cycling through the layer-sized buffer
+    chunk = int(step_bytes) // 4096 * 4096
+    nchunks = max(1, ceiling_buf.numel() // chunk)
+    reads = [lambda i=i: ce.stream_read(ceiling_buf[(i % nchunks) * chunk:(i % nchunks + 1) * chunk], sink)
+             for i in range(nsteps)]
+    t_ceiling = graph_time(reads, replays)
+    r = {"T": T, "routing": "same" if same else "independent", "step_bytes": int(step_bytes),
+         "us": t * 1e6, "GBps": step_bytes / t / 1e9, "ceiling_us": t_ceiling * 1e6,
+         "ceiling_GBps": chunk / t_ceiling / 1e9}
+    r["vs_ceiling"] = r["GBps"] / r["ceiling_GBps"]
+    if T == 1 or same:
+        nref = min(nsteps, 8)
+        t_ref = eager_time(lambda: [torch_reference(view, xs[s], plans[s], wts) for s in range(nref)], 2) / nref
+        r["torch_us"] = t_ref * 1e6
+        r["speedup_vs_torch"] = t_ref / t
+    return r
+
+
+def bench_prefill(view, H, I, E, dev, T=2048) -> dict:  # noqa: E741
+    ids = torch.stack([torch.randperm(E, device=dev)[:K] for _ in range(T)]).to(torch.int32)
+    x = torch.randn((T, H), dtype=torch.bfloat16, device=dev)
+    wts = torch.rand((T, K), device=dev)
+    out = torch.empty((T, H), dtype=torch.float32, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    t = eager_time(lambda: ce.experts_forward(view, x, ids, wts, "silu", out=out, ws=ws, check=False), 5)
+    flops = 2.0 * T * K * 3 * H * I
+    return {"T": T, "ms": t * 1e3, "TFLOPs": flops / t / 1e12}
+
+
+def matmul_rate(dev, n=8192) -> float:
+    a = torch.randn((n, n), dtype=torch.bfloat16, device=dev)
+    b = torch.randn((n, n), dtype=torch.bfloat16, device=dev)
+    t = eager_time(lambda: a @ b, 10)
+    return 2.0 * n ** 3 / t / 1e12
+
+
+def sanitize_case(dev) -> None:
+    """Small decode and prefill steps of every format (for compute-sanitizer)."""
+    torch.manual_seed(0)
+    H, I, E = 256, 128, 16  # noqa: E741
+    for name in ce.cuda_formats():
+        view = random_layer(name, H, I, E, dev)
+        for T, k in ((3, 4), (50, 4)):  # 12 pairs: decode tiles; 200 pairs: prefill tiles
+            ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
+            out = ce.experts_forward(view, torch.randn((T, H), dtype=torch.bfloat16, device=dev), ids,
+                                     torch.rand((T, k), device=dev), Activation("swiglu_oai", alpha=1.702, limit=7.0))
+            torch.cuda.synchronize()
+            print(f"sanitize {name} T={T}: finite={bool(torch.isfinite(out).all())}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--sizes", default=",".join(SIZES))
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--no-prefill", action="store_true")
+    ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    if args.sanitize:
+        sanitize_case(dev)
+        return
+    props = torch.cuda.get_device_properties(dev)
+    res = {"device": props.name, "sms": props.multi_processor_count, "decode": [], "prefill": []}
+    res["matmul_bf16_TFLOPs"] = matmul_rate(dev)
+    print(f"{props.name}: torch bf16 matmul 8192^3 {res['matmul_bf16_TFLOPs']:.0f} TFLOP/s", flush=True)
+    sink = torch.zeros(1024, dtype=torch.int32, device=dev)
+    for size in args.sizes.split(","):
+        H, I, E = SIZES[size]  # noqa: E741
+        for name in args.formats.split(","):
+            view = random_layer(name, H, I, E, dev)
+            layer_bytes = expert_nbytes(view) * E
+            assert layer_bytes >= 4 * L2_BYTES, (size, name, layer_bytes)
+            ceiling_buf = torch.empty(layer_bytes // 16 * 16, dtype=torch.uint8, device=dev).random_(0, 255)
+            for T, same in ((1, True), (8, True), (8, False)):
+                r = bench_decode(view, H, I, E, T, same, dev, args.replays, ceiling_buf, sink)
+                r.update(size=size, format=name)
+                res["decode"].append(r)
+                ref = f" torch {r['torch_us']:8.1f} us (x{r['speedup_vs_torch']:.1f})" if "torch_us" in r else ""
+                print(f"decode {size:14s} {name:9s} T={T} {r['routing']:11s} {r['step_bytes'] / 2**20:7.1f} MiB "
+                      f"{r['us']:8.1f} us {r['GBps']:6.0f} GB/s  ceiling {r['ceiling_GBps']:6.0f} GB/s "
+                      f"= {r['vs_ceiling']:.2f}x{ref}", flush=True)
+            one = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 1)
+            same8 = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8
+                         and d["routing"] == "same")
+            print(f"  T=8 same experts / T=1: {same8['us'] / one['us']:.2f}x", flush=True)
+            if not args.no_prefill:
+                p = bench_prefill(view, H, I, E, dev)
+                p.update(size=size, format=name, vs_matmul=p["TFLOPs"] / res["matmul_bf16_TFLOPs"])
+                res["prefill"].append(p)
+                print(f"prefill {size:14s} {name:9s} T=2048 {p['ms']:8.2f} ms {p['TFLOPs']:6.1f} TFLOP/s "
+                      f"= {p['vs_matmul']:.3f}x torch bf16 matmul", flush=True)
+            del view, ceiling_buf
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    # summary table last (the device tool returns the end of the output)
+    print("\nsize            format    T=1 GB/s  x ceil  x torch | T=8same/T=1 | T=8ind GB/s x ceil | prefill TFLOP/s")
+    for size in args.sizes.split(","):
+        for name in args.formats.split(","):
+            d = {(r["T"], r["routing"]): r for r in res["decode"] if r["size"] == size and r["format"] == name}
+            p = next((r for r in res["prefill"] if r["size"] == size and r["format"] == name), None)
+            a, s8, i8 = d[(1, "same")], d[(8, "same")], d[(8, "independent")]
+            print(f"{size:15s} {name:9s} {a['GBps']:7.0f} {a['vs_ceiling']:7.2f} {a['speedup_vs_torch']:8.1f} | "
+                  f"{s8['us'] / a['us']:11.2f} | {i8['GBps']:11.0f} {i8['vs_ceiling']:6.2f} | "
+                  f"{p['TFLOPs'] if p else math.nan:8.1f}")
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    main()
+    print(f"bench_kernels: {time.time() - t0:.0f} s", file=sys.stderr)
