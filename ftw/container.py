@@ -61,7 +61,7 @@ class BankInfo:
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class StoredTensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -241,7 +241,7 @@ class FtwFile:
         if extra:
             raise v.fail("layer_quant_formats", f"layer {sorted(extra)[0]} has a format but no banks")
 
-        self.tensors: dict[str, TensorInfo] = {}
+        self.tensors: dict[str, StoredTensor] = {}
         for name, d in v.obj(index.get("tensors", {}), "tensors").items():
             where = f"tensors.{name}"
             d = v.obj(d, where)
@@ -250,7 +250,7 @@ class FtwFile:
             if blob.nbytes != prod(shape) * spec.DTYPES[dt].itemsize:
                 raise v.fail(where, f"{blob.nbytes} bytes do not hold {dt} {list(shape)}")
             meta = d.get("meta") if isinstance(d.get("meta"), dict) else {}
-            self.tensors[name] = TensorInfo(name, dt, shape, blob, meta)
+            self.tensors[name] = StoredTensor(name, dt, shape, blob, meta)
 
         self.attachments: dict[str, Blob] = {
             name: v.blob(d, f"attachments.{name}")

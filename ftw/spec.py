@@ -69,7 +69,6 @@ ZSTD = "zstd"
 ZSTD_BYTESPLIT = "zstd-bytesplit"  # 16-bit rows split into low-byte then high-byte planes first
 CODECS = (RAW, ZSTD, ZSTD_BYTESPLIT)
 
-CHECKSUM = "xxh3_64"
 
 
 def dtype(name: str) -> DType:

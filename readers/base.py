@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, Iterable
 
 from ftw.banks import LayerBanks, SourceTensor
+from ftw.layer_ranges import format_layers
 from ftw.errors import SourceError, UnsupportedError
 from ftw.formats import LayerFormat, ModelShape
 
@@ -38,6 +39,20 @@ class CheckpointReader(ABC):
     @abstractmethod
     def plan(self, layers: Iterable[int] | None = None) -> list[LayerBanks]:
         """Resolve the given MoE layers (all when None), in ascending order; reads no bank data."""
+
+    def wanted_layers(self, layers: Iterable[int] | None) -> list[int]:
+        """The MoE layers asked for (all when None), ascending; a layer that is not one of the
+        model's MoE layers is refused here, the one place that says so."""
+        moe = self.model.moe_layers
+        if layers is None:
+            return sorted(moe)
+        wanted = sorted(set(int(x) for x in layers))
+        known = set(moe)
+        for layer in wanted:
+            if layer not in known:
+                raise SourceError(f"{self.path}: layer {layer} is not a MoE layer "
+                                  f"(MoE layers: {format_layers(moe) or 'none'})")
+        return wanted
 
     @abstractmethod
     def tensors(self) -> list[SourceTensor]:

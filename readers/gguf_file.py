@@ -43,7 +43,7 @@ class KV:
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class GgufTensor:
     name: str
     type: GgmlType
     ne: tuple[int, ...]  # ggml order: ne[0] is the fastest axis (values per row)
@@ -206,7 +206,7 @@ class GGUFFile:
         self.header_nbytes = c.pos
         self.data_offset = -(-c.pos // self.alignment) * self.alignment
 
-        self.tensors: dict[str, TensorInfo] = {}
+        self.tensors: dict[str, GgufTensor] = {}
         for name, ne, type_id, rel in raw:
             where = f"{self.path}: tensor {name}"
             t = ggml_type(type_id, where)
@@ -227,9 +227,9 @@ class GGUFFile:
                     f"{where}: data [{start}, {start + nbytes}) lies past the end of the file "
                     f"({self.size} bytes): truncated file or bad offset"
                 )
-            self.tensors[name] = TensorInfo(name, t, ne, start, nbytes, self.shard)
+            self.tensors[name] = GgufTensor(name, t, ne, start, nbytes, self.shard)
 
-    def view(self, info: TensorInfo) -> np.ndarray:
+    def view(self, info: GgufTensor) -> np.ndarray:
         """The tensor's bytes as a zero-copy uint8 view of the map, shaped [..., rows, row_bytes]."""
         return self.data[info.offset:info.offset + info.nbytes].reshape(info.byte_shape)
 
@@ -237,7 +237,7 @@ class GGUFFile:
         if self.data is not None:
             mapped.release_pages(self._mm)
 
-    def populate(self, info: TensorInfo) -> None:
+    def populate(self, info: GgufTensor) -> None:
         mapped.populate(self._mm, info.offset, info.nbytes)
 
     def close(self) -> None:

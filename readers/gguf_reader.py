@@ -32,7 +32,7 @@ from ftw.spec import decimal_index, numpy_dtype
 
 from .base import CheckpointReader, register_opener
 from .families.base import MAX_DIM, short
-from .gguf_file import FLOAT_DTYPES, KV, GGUFFile, TensorInfo, tensorless_gguf
+from .gguf_file import FLOAT_DTYPES, KV, GGUFFile, GgufTensor, tensorless_gguf
 
 ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "gpt-oss", "deepseek2", "glm4moe", "glm-dsa",
          "deepseek4", "glm5-next")
@@ -69,11 +69,11 @@ def _shard_paths(path: str) -> list[str]:
 class _Layer:
     """One MoE layer's expert tensors, found and checked from tensor infos alone."""
 
-    def __init__(self, layer: int, fmt: LayerFormat, parts: dict[str, list[TensorInfo]],
-                 biases: dict[str, list[TensorInfo]], I: int):
+    def __init__(self, layer: int, fmt: LayerFormat, parts: dict[str, list[GgufTensor]],
+                 biases: dict[str, list[GgufTensor]], I: int):
         self.layer, self.format, self.parts, self.biases, self.I = layer, fmt, parts, biases, I
 
-    def tensors(self) -> list[TensorInfo]:
+    def tensors(self) -> list[GgufTensor]:
         return [t for ts in (*self.parts.values(), *self.biases.values()) for t in ts]
 
 
@@ -86,7 +86,7 @@ class GgufReader(CheckpointReader):
             for i, p in enumerate(paths):
                 self._files.append(GGUFFile(p, shard=i))
             self._check_shards()
-            self._infos: dict[str, TensorInfo] = {}
+            self._infos: dict[str, GgufTensor] = {}
             for f in self._files:
                 for name, info in f.tensors.items():
                     if name in self._infos:
@@ -233,13 +233,13 @@ class GgufReader(CheckpointReader):
             )
 
     # -- layers ---------------------------------------------------------------------------
-    def _need(self, name: str, layer: int) -> TensorInfo:
+    def _need(self, name: str, layer: int) -> GgufTensor:
         info = self._infos.get(name)
         if info is None:
             raise SourceError(f"{self.path}: layer {layer}: expert tensor {name} is missing")
         return info
 
-    def _check(self, info: TensorInfo, want: tuple[int, ...], what: str) -> None:
+    def _check(self, info: GgufTensor, want: tuple[int, ...], what: str) -> None:
         if info.ne != want:
             raise SourceError(
                 f"{self.path}: tensor {info.name}: ggml shape {list(info.ne)}, expected {what} = "
@@ -273,7 +273,7 @@ class GgufReader(CheckpointReader):
         opts["down_type"] = down.type.name
         return _Layer(layer, LayerFormat.of("gguf", opts), parts, self._biases(layer, I, fused is not None), I)
 
-    def _biases(self, layer: int, I: int, fused: bool) -> dict[str, list[TensorInfo]]:
+    def _biases(self, layer: int, I: int, fused: bool) -> dict[str, list[GgufTensor]]:
         """gpt-oss expert biases: f32 [E, I] per gate/up, [E, H] for down."""
         H, E = self.model.hidden_size, self.model.num_experts
         p = f"blk.{layer}."
@@ -297,7 +297,7 @@ class GgufReader(CheckpointReader):
             out["down_bias"] = [down]
         return out
 
-    def _check_bias(self, info: TensorInfo, want: tuple[int, ...]) -> None:
+    def _check_bias(self, info: GgufTensor, want: tuple[int, ...]) -> None:
         if info.type.name not in BIAS_DTYPES:
             raise UnsupportedError(f"{self.path}: tensor {info.name}: expert bias of type {info.type.name} (F32/F16 expected)")
         self._check(info, want, "[out, E]")
@@ -306,16 +306,9 @@ class GgufReader(CheckpointReader):
         return {i: lay.format for i, lay in self._layers.items()}
 
     def plan(self, layers: Iterable[int] | None = None) -> list[LayerBanks]:
-        wanted = self.model.moe_layers if layers is None else sorted(set(int(x) for x in layers))
-        for i in wanted:
-            if i not in self._layers:
-                raise SourceError(
-                    f"{self.path}: layer {i} is not a MoE layer of this {self.arch} model "
-                    f"(MoE layers: {_ranges(self.model.moe_layers)})"
-                )
-        return [self._banks(self._layers[i]) for i in wanted]
+        return [self._banks(self._layers[i]) for i in self.wanted_layers(layers)]
 
-    def _view(self, info: TensorInfo) -> np.ndarray:
+    def _view(self, info: GgufTensor) -> np.ndarray:
         """The one place tensor bytes are mapped (tests count the ranges handed out here)."""
         return self._files[info.shard].view(info)
 
@@ -336,10 +329,10 @@ class GgufReader(CheckpointReader):
         independent reference (readers/families/reference.py explains why)."""
         I, gu, down = lay.I, lay.parts["gate_up"], lay.parts["down"][0]
 
-        def rows(info: TensorInfo, e: int, lo: int = 0, hi: int | None = None) -> dict:
+        def rows(info: GgufTensor, e: int, lo: int = 0, hi: int | None = None) -> dict:
             return {"weight": self._view(info)[e][lo:hi], "type": info.type.name}
 
-        def floats(info: TensorInfo, e: int) -> np.ndarray:
+        def floats(info: GgufTensor, e: int) -> np.ndarray:
             return self._view(info)[e].reshape(-1).view(numpy_dtype(BIAS_DTYPES[info.type.name]))
 
         def ref(e: int) -> dict:
@@ -360,7 +353,7 @@ class GgufReader(CheckpointReader):
 
         return ref
 
-    def _rows(self, parts: list[TensorInfo]) -> RowPieces:
+    def _rows(self, parts: list[GgufTensor]) -> RowPieces:
         # a view of the map reads nothing, and the writer never reads one: it copies the
         # bytes behind it with pread + copy_file_range (ftw/mapped.py)
         views = [self._view(t) for t in parts]
@@ -375,7 +368,7 @@ class GgufReader(CheckpointReader):
         taken = {t.name for lay in self._layers.values() for t in lay.tensors()}
         return [self._source_tensor(info) for name, info in self._infos.items() if name not in taken]
 
-    def _source_tensor(self, info: TensorInfo) -> SourceTensor:
+    def _source_tensor(self, info: GgufTensor) -> SourceTensor:
         """Float and integer types keep their values' dtype and numpy shape (ne reversed); a
         quantized tensor is u8 [..., rows, row_bytes] (its numpy shape with the row as bytes,
         so [rows, row_bytes] for the usual 2-D weight), with ggml_type/ggml_shape in meta."""
@@ -403,17 +396,6 @@ class GgufReader(CheckpointReader):
     def close(self) -> None:
         for f in self._files:
             f.close()
-
-
-def _ranges(xs: list[int]) -> str:
-    if not xs:
-        return "none"
-    out, start = [], xs[0]
-    for a, b in zip(xs, xs[1:] + [None]):
-        if b != a + 1:
-            out.append(str(start) if start == a else f"{start}-{a}")
-            start = b
-    return ", ".join(out)
 
 
 @register_opener

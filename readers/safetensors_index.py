@@ -58,7 +58,7 @@ _NUMPY = {d: np.dtype(spec.DTYPES[d].numpy) for d in ST_DTYPES.values()}
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class SafetensorsTensor:
     name: str
     shard: str  # path of the shard file
     st_dtype: str  # the header's spelling, kept for error messages
@@ -68,7 +68,7 @@ class TensorInfo:
     nbytes: int
 
 
-def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
+def _parse_header(path: str) -> tuple[dict[str, SafetensorsTensor], int]:
     """One shard's tensors, every offset checked against the file size. Returns (tensors, file size)."""
     fd = open_regular(path, "shard")
     try:
@@ -92,7 +92,7 @@ def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
     if not isinstance(header, dict):
         raise SourceError(f"{path}: header must be a JSON object")
     base = 8 + n
-    out: dict[str, TensorInfo] = {}
+    out: dict[str, SafetensorsTensor] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -127,7 +127,7 @@ def _parse_header(path: str) -> tuple[dict[str, TensorInfo], int]:
                 f"{where}: {st} x {shape} needs {prod(shape) * _ITEMSIZE[dtype]} bytes, "
                 f"data_offsets give {nbytes}"
             )
-        out[name] = TensorInfo(name, path, st, dtype, tuple(shape), base + offs[0], nbytes)
+        out[name] = SafetensorsTensor(name, path, st, dtype, tuple(shape), base + offs[0], nbytes)
     return out, size
 
 
@@ -165,7 +165,7 @@ class SafetensorsIndex:
         self.shards = list(shards)
         if not self.shards:
             raise SourceError(f"{self.folder}: no *.safetensors shards")
-        self._tensors: dict[str, TensorInfo] = {}
+        self._tensors: dict[str, SafetensorsTensor] = {}
         self._sizes: dict[str, int] = {}
         for path in self.shards:
             tensors, self._sizes[path] = _parse_header(path)
@@ -182,7 +182,7 @@ class SafetensorsIndex:
         self._lock = threading.Lock()
         self.bytes_read = 0
         self.touched: set[str] = set()
-        self.on_read: list[Callable[[TensorInfo], None]] = []
+        self.on_read: list[Callable[[SafetensorsTensor], None]] = []
 
     def _check_index_names(self, weight_map: dict[str, str]) -> None:
         index_path = os.path.join(self.folder, INDEX_FILE)
@@ -200,7 +200,7 @@ class SafetensorsIndex:
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def info(self, name: str) -> TensorInfo:
+    def info(self, name: str) -> SafetensorsTensor:
         """The tensor's header entry; raises when the tensor is absent or its dtype unknown."""
         try:
             info = self._tensors[name]

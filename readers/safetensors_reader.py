@@ -135,11 +135,7 @@ class SafetensorsReader(CheckpointReader):
         return {L: self._resolve(L).format for L in self.model.moe_layers}
 
     def plan(self, layers: Iterable[int] | None = None) -> list[LayerBanks]:
-        wanted = sorted(self._moe) if layers is None else sorted(set(layers))
-        for L in wanted:
-            if L not in self._moe:
-                raise SourceError(f"{self.path}: layer {L} is not a MoE layer (MoE layers: {self.model.moe_layers})")
-        return [self._resolve(L) for L in wanted]
+        return [self._resolve(L) for L in self.wanted_layers(layers)]
 
     def tensors(self) -> list[SourceTensor]:
         experts = {n for L, g in self._groups.items() if L in self._moe for n in g.names.values()}
