@@ -1,8 +1,9 @@
 """MLX affine (`switch_mlp` weight/scales/biases) -> `affine` banks, and unquantized switch_mlp -> bf16.
 
-ftw.dequant has no affine decoder yet, so the check is bytes (gate rows then up rows, kept
-as stored) plus a float64 decode of the banks against one of the sources, both written here
-from the mlx-lm rule: LSB-first bit stream per row, w = scale * q + bias.
+The check is bytes (gate rows then up rows, kept as stored) plus a float64 decode of the
+banks against one of the sources, both written here from the mlx-lm rule (LSB-first bit
+stream per row, w = scale * q + bias), and the registered `affine` decoder against the same.
+The committed samples written by mlx itself are covered by tests/test_registry.py.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def test_affine(tmp_path, bits, gs):
                 np.testing.assert_array_equal(w[I:], src["up_proj"])
                 d = affine(rows["down"], rows["down_scale"], rows["down_offset"], bits, I)
                 np.testing.assert_array_equal(d, src["down_proj"])
+                dec = lb.format.decode(rows, H, I)
+                for k, p in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+                    np.testing.assert_array_equal(dec[k], src[p])
         assert not any("switch_mlp" in x.name for x in r.tensors())
 
 
