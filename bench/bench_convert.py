@@ -1,100 +1,212 @@
-"""Convert a >= 4 GiB synthetic mixed checkpoint and compare with `cp -r` of its folder.
+"""`ftw convert` against `cp -r` + `sync` of the same source, per source layout, whole processes.
 
-    python bench/bench_convert.py [--size-gib 4] [--keep] [--json]
+    .venv/bin/python bench/bench_convert.py [--layout per_expert --layout gguf ...] [--rounds 5]
+                                            [--size-gib 3.2] [--keep] [--json] [--tree PATH]
 
-Prints: convert time vs cp -r + fsync to the same disk (goal <= 1.3x), the converter's peak
-RSS vs its largest layer's banks + 512 MiB, and --compress zstd's size ratio and time.
+Layouts (bench/synthetic.py makes each once under bench/_data, >= --size-gib):
+  per_expert    qwen3_moe bf16, one tensor per expert: H=1024, I=512, E=32 (1 MiB tensors)
+                AND H=2048, I=768, E=64 (3 MiB tensors): two rows
+  stacked       the same model as transformers 5's fused [E, 2I, H] / [E, H, I] tensors
+  nvfp4         ModelOpt NVFP4 per-expert, first and last MoE layers bf16
+  gguf          Q4_K_M-style qwen3moe GGUF (gate/up Q4_K, down Q6_K), H=2048, I=768, E=128
+  gpt_oss_bf16  gpt-oss bf16: [E, H, 2I] gate/up interleaved + biases: transposed, not copied
+
+Per layout: the source is read once (page cache warm), then --rounds rounds, each running
+`cp -r SRC DST && sync` and `python -m ftw.cli convert SRC DST.ftw && sync` in their own
+processes, one after the other (interleaved, so a noisy neighbour hits both alike); what
+either wrote is deleted and synced away before the next timing. Printed: the median of the
+per-round ratios convert/cp, the median wall of each, user+sys CPU of each (median), and the
+converter's peak RSS against its largest layer's banks + a fixed 512 MiB window.
+
+The fixed cost: `python -m ftw.cli convert` of the smallest bundled sample against
+`python -c "import numpy, click"`, interleaved, median of the per-round ratios (goal <= 2x).
+
+--tree runs the converter of another checkout (an A/B against an older commit).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import DATA, GiB, cp_baseline, folder_nbytes, report, run_child, warm  # noqa: E402
-from synthetic import make_checkpoint  # noqa: E402
+from common import DATA, ROOT, GiB, folder_nbytes, warm  # noqa: E402
+from synthetic import make_checkpoint, make_layout  # noqa: E402
 
-# bf16 layer: 3*I*H*2*E bytes; nvfp4 layer: about 3*I*H*(1/2 + 1/16)*E
-SHAPE = dict(experts=64, hidden=2048, inter=768)
-
-
-def layers_for(size_gib: float) -> int:
-    E, H, I = SHAPE["experts"], SHAPE["hidden"], SHAPE["inter"]
-    bf16, nvfp4 = 6 * I * H * E, 3 * I * H * E * 9 / 16
-    return max(3, int((size_gib * GiB - 2 * bf16) / nvfp4) + 3)
+# case -> (layout, H, I, E, goal)
+CASES = {
+    "per_expert": [("per_expert_h1024", "per_expert", 1024, 512, 32, 1.3),
+                   ("per_expert_h2048", "per_expert", 2048, 768, 64, 1.3)],
+    "stacked": [("stacked", "stacked", 2048, 768, 64, 1.3)],
+    "nvfp4": [("nvfp4", "nvfp4", 2048, 768, 64, 1.3)],
+    "gguf": [("gguf", "gguf", 2048, 768, 128, 1.3)],
+    "gpt_oss_bf16": [("gpt_oss_bf16", "gpt_oss_bf16", 2048, 768, 32, 2.0)],
+}
+WINDOW = 512 << 20  # the fixed part of the peak-RSS bound
 
 
 def ensure_checkpoint(size_gib: float) -> str:
+    """The mixed NVFP4 checkpoint bench_load.py reads (its FTW is this path + '.ftw')."""
     src = os.path.join(DATA, f"mixed-{size_gib:g}g")
     if not os.path.exists(os.path.join(src, "config.json")):
         shutil.rmtree(src, ignore_errors=True)
         print(f"making {src} ...", file=sys.stderr)
-        make_checkpoint(src, layers=layers_for(size_gib), **SHAPE)
+        make_layout(src, "nvfp4", size_gib=size_gib, hidden=2048, inter=768, experts=64)
     return src
 
 
+def run(argv: list[str], cwd: str = ROOT) -> dict:
+    """One process: wall seconds, user+sys CPU and peak RSS of it and its children (wait4)."""
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.read().decode()[-2000:]}")
+    p.stderr.close()
+    return {"wall": wall, "user": ru.ru_utime, "sys": ru.ru_stime, "rss": ru.ru_maxrss * 1024}
+
+
+def remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+    os.sync()  # freeing a file's dirty pages is not part of the next timing
+
+
+def source_of(case: tuple, size_gib: float) -> tuple[str, str]:
+    """(folder to cp, path to convert): a GGUF converts from its file, cp copies its folder."""
+    name, layout, H, I, E, _ = case
+    src = os.path.join(DATA, f"bench-{name}-{size_gib:g}g")
+    marker = os.path.join(src, ".complete")
+    if not os.path.exists(marker):
+        shutil.rmtree(src, ignore_errors=True)
+        print(f"making {src} ...", file=sys.stderr)
+        # in a child: the generator's pools would otherwise be in this process when it forks
+        # the timed ones, and wait4 counts a child's pages from before its exec
+        code = ("import json, sys; from synthetic import make_layout; "
+                f"json.dump(make_layout({src!r}, {layout!r}, size_gib={size_gib}, hidden={H}, inter={I}, "
+                f"experts={E}), open({marker!r}, 'w'))")
+        subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)), check=True)
+    with open(marker) as f:
+        made = json.load(f)
+    return src, made.get("path", src)
+
+
+def largest_layer(path: str, tree: str) -> int:
+    code = ("import ftw, sys\nwith ftw.open(sys.argv[1]) as f:\n"
+            " print(max(sum(b.raw_nbytes for b in banks.values()) for banks in f.layers.values()))")
+    return int(subprocess.run([sys.executable, "-c", code, path], cwd=tree, capture_output=True, text=True,
+                              check=True).stdout)
+
+
+def bench_case(case: tuple, args) -> dict:
+    name, layout, H, I, E, goal = case
+    folder, src = source_of(case, args.size_gib)
+    files = [os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs]
+    src_nbytes = folder_nbytes(folder)
+    warm(files)
+    cp_dst, ftw_dst = os.path.join(DATA, "bench-cp"), os.path.join(DATA, "bench-out.ftw")
+    convert = [sys.executable, "-m", "ftw.cli", "convert", src, ftw_dst]
+    rounds = []
+    for _ in range(args.rounds):
+        remove(cp_dst)
+        c = run(["sh", "-c", 'cp -r "$0" "$1" && sync', folder, cp_dst])
+        remove(cp_dst)
+        remove(ftw_dst)
+        t = run(["sh", "-c", '"$0" "$@" && sync', *convert], cwd=args.tree)
+        rounds.append((c, t))
+        print(f"  {name}: cp {c['wall']:.2f} s, convert {t['wall']:.2f} s", file=sys.stderr)
+    largest = largest_layer(ftw_dst, args.tree)
+    remove(ftw_dst)
+    if not args.keep:
+        shutil.rmtree(folder)
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    ratios = [t["wall"] / c["wall"] for c, t in rounds]
+    return {
+        "case": name, "layout": layout, "H": H, "I": I, "E": E, "source_nbytes": src_nbytes,
+        "cp_wall": med([c["wall"] for c, _ in rounds]), "convert_wall": med([t["wall"] for _, t in rounds]),
+        "ratios": ratios, "median_ratio": med(ratios), "goal": goal,
+        "cp_cpu": med([c["user"] + c["sys"] for c, _ in rounds]),
+        "cp_user": med([c["user"] for c, _ in rounds]), "cp_sys": med([c["sys"] for c, _ in rounds]),
+        "convert_user": med([t["user"] for _, t in rounds]), "convert_sys": med([t["sys"] for _, t in rounds]),
+        "convert_rss": max(t["rss"] for _, t in rounds), "rss_limit": largest + WINDOW, "largest_layer": largest,
+    }
+
+
+def smallest_sample() -> str:
+    root = os.path.join(ROOT, "samples", "st")
+    names = [n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "config.json"))]
+    return os.path.join(root, min(names, key=lambda n: folder_nbytes(os.path.join(root, n))))
+
+
+def bench_fixed(args) -> dict:
+    sample = smallest_sample()
+    dst = os.path.join(DATA, "bench-fixed.ftw")
+    rounds = []
+    for _ in range(args.fixed_rounds):
+        base = run([sys.executable, "-c", "import numpy, click"])
+        remove(dst)
+        t = run([sys.executable, "-m", "ftw.cli", "convert", sample, dst], cwd=args.tree)
+        rounds.append((base, t))
+    remove(dst)
+    ratios = [t["wall"] / b["wall"] for b, t in rounds]
+    return {"case": "fixed cost", "sample": os.path.basename(sample), "sample_nbytes": folder_nbytes(sample),
+            "baseline_wall": statistics.median(b["wall"] for b, _ in rounds),
+            "convert_wall": statistics.median(t["wall"] for _, t in rounds),
+            "ratios": ratios, "median_ratio": statistics.median(ratios), "goal": 2.0}
+
+
+def table(results: list[dict], fixed: dict | None) -> str:
+    lines = ["| layout | source | cp -r + sync: wall, user+sys | ftw convert + sync: wall, user+sys | "
+             "median of per-round ratios (rounds) | goal | convert peak RSS (limit) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        ok = "met" if r["median_ratio"] <= r["goal"] else f"missed by {r['median_ratio'] / r['goal'] - 1:.0%}"
+        rss_ok = "" if r["convert_rss"] <= r["rss_limit"] else " OVER"
+        src = f"{r['source_nbytes'] / GiB:.2f} GiB, H={r['H']} I={r['I']} E={r['E']}"
+        lines.append(
+            f"| {r['case']} | {src} | {r['cp_wall']:.2f} s, {r['cp_user']:.2f}+{r['cp_sys']:.2f} s | "
+            f"{r['convert_wall']:.2f} s, {r['convert_user']:.2f}+{r['convert_sys']:.2f} s | "
+            f"**{r['median_ratio']:.2f}x** ({' '.join(f'{x:.2f}' for x in r['ratios'])}) | <= {r['goal']}x {ok} | "
+            f"{r['convert_rss'] / 2**20:.0f} MiB ({r['rss_limit'] / 2**20:.0f} MiB){rss_ok} |")
+    if fixed:
+        ok = "met" if fixed["median_ratio"] <= fixed["goal"] else f"missed by {fixed['median_ratio'] / fixed['goal'] - 1:.0%}"
+        lines.append(
+            f"| fixed cost: `convert` of {fixed['sample']} ({fixed['sample_nbytes'] / 1024:.0f} KiB) | | "
+            f"`python -c \"import numpy, click\"` {fixed['baseline_wall']:.3f} s | {fixed['convert_wall']:.3f} s | "
+            f"**{fixed['median_ratio']:.2f}x** ({' '.join(f'{x:.2f}' for x in fixed['ratios'])}) | <= 2x {ok} | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size-gib", type=float, default=4.0)
-    ap.add_argument("--keep", action="store_true", help="keep the checkpoint and FTW files (bench_load uses them)")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for each timing (the machine is shared)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layout", action="append", choices=list(CASES), help="repeatable; default: all")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--fixed-rounds", type=int, default=7)
+    ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-cost measurement")
+    ap.add_argument("--size-gib", type=float, default=3.2, help="each source is at least this big")
+    ap.add_argument("--keep", action="store_true", help="keep the generated sources under bench/_data")
+    ap.add_argument("--tree", default=ROOT, help="checkout whose converter runs (default: this one)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    src = ensure_checkpoint(args.size_gib)
-    src_nbytes = folder_nbytes(src)
-    shards = sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors"))
-    warm(shards)
-    dst = src + ".ftw"
-    code = f"from writers.convert import convert; convert({src!r}, {dst!r}, force=True)"
-    rounds, conv_rss = [], 0
-    for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits both alike
-        c = cp_baseline(src, src + ".cp")
-        shutil.rmtree(src + ".cp")
-        t, rss = run_child(code)
-        rounds.append((c, t))
-        conv_rss = max(conv_rss, rss)
-    cp_s, conv_s = min(c for c, _ in rounds), min(t for _, t in rounds)
-    paired = sorted(t / c for c, t in rounds)
-    median = paired[len(paired) // 2]
-    dst_nbytes = os.path.getsize(dst)
-
-    import ftw
-
-    with ftw.open(dst) as f:
-        largest = max(sum(b.raw_nbytes for b in banks.values()) for banks in f.layers.values())
-    zdst = src + ".zstd.ftw"
-    z_s, z_rss = run_child(f"from writers.convert import convert; convert({src!r}, {zdst!r}, force=True, compress_level=3)")
-    with ftw.open(zdst) as f:
-        expert_raw = sum(b.raw_nbytes for banks in f.layers.values() for b in banks.values())
-        expert_stored = sum(b.blob.nbytes for banks in f.layers.values() for b in banks.values())
-        by_codec: dict[str, list[int]] = {}
-        for banks in f.layers.values():
-            for b in banks.values():
-                key = f"{b.dtype}/{b.codec}"
-                by_codec.setdefault(key, [0, 0])
-                by_codec[key][0] += b.raw_nbytes
-                by_codec[key][1] += b.blob.nbytes
-    rows = [
-        ("source checkpoint", f"{src_nbytes / GiB:.2f} GiB", f"{len(shards)} shards"),
-        ("cp -r + fsync (best of N)", f"{cp_s:.2f} s", f"{src_nbytes / cp_s / GiB:.2f} GiB/s (baseline)"),
-        ("ftw convert (best of N)", f"{conv_s:.2f} s", f"{conv_s / cp_s:.2f}x cp time (goal <= 1.3x)"),
-        ("  per round: cp / convert s", " ".join(f"{c:.1f}/{t:.1f}" for c, t in rounds),
-         f"median paired ratio {median:.2f}x"),
-        ("convert peak RSS", f"{conv_rss / 2**20:.0f} MiB",
-         f"limit {(largest + 512 * 2**20) / 2**20:.0f} MiB = largest layer {largest / 2**20:.0f} MiB + 512 MiB"),
-        ("ftw file", f"{dst_nbytes / GiB:.2f} GiB", f"{dst_nbytes / src_nbytes:.3f}x source size"),
-        ("convert --compress zstd:3", f"{z_s:.2f} s", f"{z_s / cp_s:.2f}x cp time, peak RSS {z_rss / 2**20:.0f} MiB"),
-        ("zstd expert bytes", f"{expert_stored / GiB:.2f} GiB", f"ratio {expert_raw / expert_stored:.3f} (raw/stored)"),
-    ]
-    for key, (raw, stored) in sorted(by_codec.items()):
-        rows.append((f"  {key}", f"{stored / 2**20:.0f} MiB", f"ratio {raw / stored:.3f}"))
-    report(rows, args.json, {"command": "python bench/bench_convert.py " + " ".join(sys.argv[1:])})
-    if not args.keep:
-        for p in (dst, zdst):
-            os.remove(p)
+    os.makedirs(DATA, exist_ok=True)
+    results = [bench_case(case, args) for layout in (args.layout or list(CASES)) for case in CASES[layout]]
+    fixed = None if args.no_fixed else bench_fixed(args)
+    command = "python bench/bench_convert.py " + " ".join(sys.argv[1:])
+    if args.json:
+        print(json.dumps({"command": command, "results": results, "fixed": fixed}, indent=2))
+    else:
+        print(f"command: {command}\n")
+        print(table(results, fixed))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""Read-only memory maps of source files that remember which file they map.
+"""Read-only memory maps of source files that remember which file they map, and pread
+helpers that turn a file shrinking under us into an error instead of a SIGBUS.
 
-Readers hand rows to the writer as zero-copy views of their maps. When a view's memory is
-found to come from a FileMap (through numpy's chain of bases, so the map is alive for as
-long as the view is), the writer copies those bytes with copy_file_range inside the kernel
-instead of write()-ing them out of the map: 1.5x faster on the development disk, where it
-matched `cp` (docs/BENCHMARKS.md).
+Readers hand rows to the writer as zero-copy views of their maps. The writer never reads
+those views: it finds the file and offset behind them (through numpy's chain of bases, so
+the map is alive for as long as the view is), reads the bytes once with pread into a small
+buffer that feeds the checksum, and has the kernel copy them (copy_file_range). Nothing is
+touched through the map, so a source truncated mid-conversion ends in a short read naming
+the file (docs/BENCHMARKS.md, "Convert: every layout").
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import os
 
 import numpy as np
 
+from .errors import FtwError, SourceError
+
 
 class FileMap(mmap.mmap):
-    """mmap of a whole file, read-only, holding its own descriptor of that file."""
+    """mmap of a whole file, read-only, holding its own descriptor of that file and its path."""
 
-    def __new__(cls, fd: int):
+    def __new__(cls, fd: int, path: str | None = None):
         self = super().__new__(cls, fd, 0, access=mmap.ACCESS_READ)
         self.source_fd = os.dup(fd)
+        self.path = path if path is not None else _fd_path(fd)
         self.start = np.frombuffer(self, dtype=np.uint8).ctypes.data if len(self) else 0
         return self
 
@@ -35,9 +40,23 @@ class FileMap(mmap.mmap):
             os.close(self.source_fd)
             self.source_fd = -1
 
+    def check_size(self) -> None:
+        """SourceError when the file no longer holds every byte this map was made for: reading
+        a page of the map past the new end would kill the process with SIGBUS."""
+        size = os.fstat(self.source_fd).st_size if self.source_fd >= 0 else len(self)
+        if size < len(self):
+            raise SourceError(f"{self.path}: file shrank from {len(self)} to {size} bytes while being read")
 
-def file_span(view) -> tuple[int, int] | None:
-    """(fd, file offset) of a C-contiguous view of a FileMap, else None."""
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"file descriptor {fd}"
+
+
+def file_span(view) -> tuple[FileMap, int] | None:
+    """(map, file offset) of a C-contiguous view of a FileMap, else None."""
     obj = view
     while isinstance(obj, (np.ndarray, memoryview)):
         obj = obj.base if isinstance(obj, np.ndarray) else obj.obj
@@ -49,7 +68,34 @@ def file_span(view) -> tuple[int, int] | None:
     offset = a.ctypes.data - obj.start
     if offset < 0 or offset + a.nbytes > len(obj):
         return None
-    return obj.source_fd, offset
+    return obj, offset
+
+
+def read_exact(fd: int, dst, offset: int, path: str, error: type[FtwError] = SourceError) -> None:
+    """pread file bytes [offset, offset + len(dst)) into dst (a writable buffer). A short read
+    means the file shrank: `error` naming the file, never a partial buffer."""
+    view = memoryview(dst).cast("B")
+    while view:
+        try:
+            n = os.preadv(fd, [view], offset)
+        except OSError as e:
+            raise error(f"{path}: cannot read at byte {offset}: {e.strerror or e}") from None
+        if n <= 0:
+            raise error(f"{path}: file shrank while being read (no bytes at offset {offset})")
+        view, offset = view[n:], offset + n
+
+
+def read_span(view) -> np.ndarray | None:
+    """The bytes of a FileMap view, read with pread into fresh memory (None for other arrays):
+    for consumers that read every byte in user space (compression), so that a truncated
+    source is a SourceError rather than a SIGBUS inside the map."""
+    span = file_span(view)
+    if span is None:
+        return None
+    fm, offset = span
+    out = np.empty(memoryview(view).nbytes, dtype=np.uint8)
+    read_exact(fm.source_fd, out, offset, fm.path)
+    return out
 
 
 MADV_POPULATE_READ = 22  # Linux >= 5.14; Python's mmap module does not name it
@@ -57,8 +103,8 @@ MIN_POPULATE = 256 << 10  # below this, a few page faults cost less than the cal
 
 
 def populate(mm: mmap.mmap, offset: int, nbytes: int) -> None:
-    """Map a byte range's pages in one call: faulting them in 4 KiB at a time costs more than
-    a warm read (bench/bench_readers.py, bench/bench_gguf.py)."""
+    """Map a byte range's pages in one call, for consumers that read it through the map:
+    faulting them in 4 KiB at a time costs more than a warm read (bench/bench_readers.py)."""
     if nbytes < MIN_POPULATE:
         return
     start = offset - offset % mmap.PAGESIZE

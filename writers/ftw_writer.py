@@ -3,13 +3,19 @@
 Banks are written the moment they are added, row by row from the reader's zero-copy views,
 so memory stays bounded by the rows in flight: one, or with compression a window of twice
 the thread count.
+
+Rows that are views of a source file's map (ftw/mapped.py) are never read through the map.
+The bytes behind them are read with pread, 1 MiB at a time into one buffer that the checksum
+reads and write() sends out while it is still in the CPU cache: each source byte is read
+from the page cache once and touched once in user space, in large sequential requests, for
+the same CPU time as `cp` (docs/BENCHMARKS.md), and a source that shrinks mid-conversion is
+a SourceError naming it rather than a SIGBUS.
 The index is written last, followed by a fixed-size footer that points at it; the file only
 appears at its destination when ``close()`` commits it (writers/atomic.py).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from collections import deque
@@ -32,8 +38,9 @@ Progress = Callable[[int], None]  # called with source bytes consumed since the 
 # compression that saves less than this is not worth a decompression on every load
 MIN_SAVING = 0.03
 SAMPLE_ROWS = 4  # rows compressed first to decide whether a bank is worth compressing
-# copy_file_range errors that mean "not between these files", not "the copy failed"
-NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+# bytes per pread/write: the buffer stays in L2 between the read, the checksum and the write.
+# 256 KiB-1 MiB cost the CPU time of `cp`'s copy_file_range; 4 MiB cost 3x (bench_convert.py)
+CHUNK = 1 << 20
 
 
 def check_level(level: int) -> int:
@@ -77,10 +84,10 @@ class FtwWriter:
         if threads is not None and threads < 1:
             raise FtwError(f"threads must be at least 1, got {threads}")
         self._file = AtomicFile(path, force=force)
-        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="ftw-hash")
         self._compressors: ThreadPoolExecutor | None = None
-        self._kernel_copy = hasattr(os, "copy_file_range")
-        self._run: list | None = None  # [fd, offset, nbytes, views]: adjacent source bytes to copy
+        self._run: list | None = None  # [FileMap, offset, nbytes]: adjacent source bytes to copy
+        self._hash = None  # the checksum of the blob being written
+        self._buf = memoryview(bytearray(CHUNK))
         self.path = self._file.path
         self._pos = 0
         self._level = compress_level
@@ -103,43 +110,42 @@ class FtwWriter:
 
     # -- low level ----------------------------------------------------------------------
     def _write(self, data) -> None:
-        self._pos += self._file.write(data)
+        try:
+            self._pos += self._file.write(data)
+        except OSError as e:
+            raise FtwError(f"{self.path}: cannot write: {e.strerror or e}") from None
 
     def _write_chunk(self, c: memoryview) -> None:
-        """Views of a source file's map (ftw/mapped.py) are copied by the kernel, and runs of
-        them that are adjacent in the source (a GGUF bank's experts) as one copy."""
-        span = mapped.file_span(c) if self._kernel_copy else None
+        """Hash and write one chunk of the blob in progress. Views of a source file's map join
+        the run of adjacent source bytes, copied when a non-adjacent chunk or the blob's end
+        comes; anything else (computed rows, attachments) is written from memory."""
+        span = mapped.file_span(c)
         if span is None:
             self._flush_copy()
-            self._write(c)
+            for i in range(0, len(c), CHUNK):  # large writes of cold memory cost more
+                self._hash.update(c[i : i + CHUNK])
+                self._write(c[i : i + CHUNK])
             return
         run = self._run
-        if run is not None and run[0] == span[0] and run[1] + run[2] == span[1]:
+        if run is not None and run[0] is span[0] and run[1] + run[2] == span[1]:
             run[2] += len(c)
-            run[3].append(c)
             return
         self._flush_copy()
-        self._run = [span[0], span[1], len(c), [c]]
+        self._run = [span[0], span[1], len(c)]
 
     def _flush_copy(self) -> None:
+        """Copy the pending run of source bytes: pread into the buffer, hash, write."""
         if self._run is None:
             return
-        fd, offset, nbytes, views = self._run
+        src, offset, nbytes = self._run
         self._run = None
-        try:
-            done = self._file.copy_from(fd, offset, nbytes)
-        except OSError as e:
-            if e.errno not in NO_KERNEL_COPY:
-                raise  # a real failure (disk full, I/O error): say so, don't retry with write()
-            self._kernel_copy = False  # not between these filesystems: write() from now on
-            done = 0
-        self._pos += done
-        for v in views:  # whatever the kernel did not copy, written from the views
-            if done >= len(v):
-                done -= len(v)
-                continue
-            self._write(v[done:])
-            done = 0
+        end = offset + nbytes
+        while offset < end:
+            buf = self._buf[: min(CHUNK, end - offset)]
+            mapped.read_exact(src.source_fd, buf, offset, src.path)
+            self._hash.update(buf)
+            self._write(buf)
+            offset += len(buf)
 
     def _align(self) -> int:
         self._flush_copy()
@@ -151,19 +157,11 @@ class FtwWriter:
     def _blob(self, chunks: Iterable) -> dict:
         """Write chunks as one aligned blob; returns its {offset, nbytes, xxh3}."""
         offset = self._align()
-        h = xxhash.xxh3_64()
-        # hash each chunk on a second core while this one writes it: xxhash releases the GIL,
-        # and one worker keeps the updates in order
-        prev = None
+        self._hash = h = xxhash.xxh3_64()
         for c in chunks:
-            fut = self._hasher.submit(h.update, c)
             self._write_chunk(c)
-            if prev is not None:
-                prev.result()
-            prev = fut
         self._flush_copy()
-        if prev is not None:
-            prev.result()
+        self._hash = None
         return {"offset": offset, "nbytes": self._pos - offset, "xxh3": h.hexdigest()}
 
     # -- public -------------------------------------------------------------------------
@@ -217,12 +215,14 @@ class FtwWriter:
         except BaseException:
             self.abort()
             raise
-        self._hasher.shutdown()
         if self._compressors is not None:
             self._compressors.shutdown()
 
     def _finish(self) -> None:
-        index = json.dumps(self._index, separators=(",", ":"), sort_keys=True).encode()
+        try:  # strict JSON (RFC 8259) has no NaN: a reader must be able to parse the index
+            index = json.dumps(self._index, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+        except ValueError:
+            raise FtwError(f"{self.path}: the index would hold a NaN or infinite number (strict JSON has none)") from None
         if len(index) > spec.MAX_INDEX_NBYTES:
             raise FtwError(f"{self.path}: index of {len(index)} bytes exceeds the format's cap")
         if self._pos < spec.ALIGNMENT:
@@ -238,7 +238,6 @@ class FtwWriter:
         self._file.commit()
 
     def abort(self) -> None:
-        self._hasher.shutdown(cancel_futures=True)
         if self._compressors is not None:
             self._compressors.shutdown(cancel_futures=True)
         self._file.abort()
@@ -294,6 +293,8 @@ class FtwWriter:
         level = self._level
 
         def compress(pieces: list[memoryview]) -> bytes:
+            # source bytes read with pread, not through the map: a shrunk source is an error
+            pieces = [p if (r := mapped.read_span(p)) is None else r for p in pieces]
             row = pieces[0] if len(pieces) == 1 else memoryview(b"".join(pieces))
             if codec == spec.ZSTD_BYTESPLIT:
                 row = split_planes(row, itemsize)
