@@ -16,10 +16,6 @@ from contextlib import contextmanager
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 
 from ftw.errors import FtwError
@@ -44,6 +40,11 @@ def progress_bar(total: int, description: str, quiet: bool):
     if quiet or not err.is_terminal:
         yield lambda n=0, layers=0, total_layers=None: None
         return
+    from rich.progress import (  # only for a terminal: the import costs a conversion 10-20 ms
+        BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     bar = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
         DownloadColumn(), TransferSpeedColumn(), TextColumn("{task.fields[layers]}"),

@@ -355,7 +355,7 @@ class GgufReader(CheckpointReader):
 
     def _rows(self, parts: list[GgufTensor]) -> RowPieces:
         # a view of the map reads nothing, and the writer never reads one: it copies the
-        # bytes behind it with pread + copy_file_range (ftw/mapped.py)
+        # bytes behind it with pread (ftw/mapped.py)
         views = [self._view(t) for t in parts]
 
         def row(e: int) -> list[np.ndarray]:

@@ -255,6 +255,26 @@ class SafetensorsIndex:
             hook(info)
         return view
 
+    def slab(self, name: str, e: int) -> np.ndarray:
+        """Entry e of a stacked tensor ([E, ...] -> [...]) read with pread into fresh memory:
+        for readers that compute a row from every byte of it (a transpose), so that a shard cut
+        short is a SourceError naming it rather than a SIGBUS inside the map."""
+        info = self.info(name)
+        if not info.shape or not 0 <= e < info.shape[0]:
+            raise SourceError(f"{info.shard}: tensor {name!r} {list(info.shape)} has no entry {e}")
+        step = info.nbytes // info.shape[0]
+        out = np.empty(info.shape[1:], dtype=_NUMPY[info.dtype])
+        if step:
+            with self._lock:
+                mm = self._map(info.shard)
+            mapped.read_exact(mm.source_fd, out.reshape(-1).view(np.uint8), info.offset + e * step, info.shard)
+        with self._lock:
+            self.bytes_read += step
+            self.touched.add(name)
+        for hook in self.on_read:
+            hook(info)
+        return out
+
     def release_pages(self) -> None:
         with self._lock:
             for mm in self._maps.values():

@@ -124,3 +124,37 @@ def test_a_failed_write_names_the_destination(tmp_path, monkeypatch):
         with open_checkpoint(os.path.join(SAMPLES, "st", "qwen3_moe_bf16")) as reader:
             write_plan(plan_conversion(reader), reader, dst)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 200), (130, 7), (2048, 96)])
+@pytest.mark.parametrize("step", [1, 2])
+def test_transposed_is_numpys_transpose(shape, step):
+    from ftw.readers.rows import transposed
+
+    rng = np.random.default_rng()
+    a = rng.integers(0, 1 << 16, (shape[0], shape[1] * step), dtype=np.uint16)[:, ::step]
+    got = transposed(a)
+    assert got.flags.c_contiguous and got.dtype == a.dtype
+    np.testing.assert_array_equal(got, a.T)
+
+
+def test_slab_reads_an_entry_with_pread_and_names_a_shard_cut_short(tmp_path, reads):
+    import shutil
+
+    from ftw.errors import SourceError
+    from ftw.readers.safetensors_index import SafetensorsIndex
+
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(SAMPLES, "st", "qwen3_moe_bf16_stacked"), src)
+    index = SafetensorsIndex(str(src))
+    name = next(n for n in index.names() if n.endswith("experts.gate_up_proj"))
+    E = index.info(name).shape[0]
+    for e in (0, E - 1):
+        np.testing.assert_array_equal(index.slab(name, e), index.array(name)[e])
+    assert any(n == index.info(name).nbytes // E for _, _, n in reads)
+    with pytest.raises(SourceError, match="no entry"):
+        index.slab(name, E)
+    os.truncate(index.info(name).shard, index.info(name).offset + 10)
+    with pytest.raises(SourceError, match=f"{index.info(name).shard}.*shrank"):
+        index.slab(name, E - 1)
+    index.close()
