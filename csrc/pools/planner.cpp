@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 namespace ftw::pools {
 
@@ -17,10 +17,9 @@ std::string human(int64_t n) {
     double v = double(n);
     int u = 0;
     while (v >= 1024 && u < 4) v /= 1024, ++u;
-    std::ostringstream s;
-    s.precision(u ? 2 : 0);
-    s << std::fixed << v << " " << units[u];
-    return s.str();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
 }
 
 void validate(const PlanRequest& r) {
