@@ -1,7 +1,7 @@
 """`ftw convert` against `cp -r` + `sync` of the same source, per source layout, whole processes.
 
     .venv/bin/python bench/bench_convert.py [--layout per_expert --layout gguf ...] [--rounds 5]
-                                            [--size-gib 3.2] [--keep] [--json] [--tree PATH]
+                                            [--size-gib 3.2] [--keep] [--json]
 
 Layouts (bench/synthetic.py makes each once under bench/_data, >= --size-gib):
   per_expert    qwen3_moe bf16, one tensor per expert: H=1024, I=512, E=32 (1 MiB tensors)
@@ -20,8 +20,6 @@ converter's peak RSS against its largest layer's banks + a fixed 512 MiB window.
 
 The fixed cost: `python -m ftw.cli convert` of the smallest bundled sample against
 `python -c "import numpy, click"`, interleaved, median of the per-round ratios (goal <= 2x).
-
---tree runs the converter of another checkout (an A/B against an older commit).
 """
 
 from __future__ import annotations
@@ -101,10 +99,10 @@ def source_of(case: tuple, size_gib: float) -> tuple[str, str]:
     return src, made.get("path", src)
 
 
-def largest_layer(path: str, tree: str) -> int:
+def largest_layer(path: str) -> int:
     code = ("import ftw, sys\nwith ftw.open(sys.argv[1]) as f:\n"
             " print(max(sum(b.raw_nbytes for b in banks.values()) for banks in f.layers.values()))")
-    return int(subprocess.run([sys.executable, "-c", code, path], cwd=tree, capture_output=True, text=True,
+    return int(subprocess.run([sys.executable, "-c", code, path], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout)
 
 
@@ -122,10 +120,10 @@ def bench_case(case: tuple, args) -> dict:
         c = run(["sh", "-c", 'cp -r "$0" "$1" && sync', folder, cp_dst])
         remove(cp_dst)
         remove(ftw_dst)
-        t = run(["sh", "-c", '"$0" "$@" && sync', *convert], cwd=args.tree)
+        t = run(["sh", "-c", '"$0" "$@" && sync', *convert])
         rounds.append((c, t))
         print(f"  {name}: cp {c['wall']:.2f} s, convert {t['wall']:.2f} s", file=sys.stderr)
-    largest = largest_layer(ftw_dst, args.tree)
+    largest = largest_layer(ftw_dst)
     remove(ftw_dst)
     if not args.keep:
         shutil.rmtree(folder)
@@ -155,7 +153,7 @@ def bench_fixed(args) -> dict:
     for _ in range(args.fixed_rounds):
         base = run([sys.executable, "-c", "import numpy, click"])
         remove(dst)
-        t = run([sys.executable, "-m", "ftw.cli", "convert", sample, dst], cwd=args.tree)
+        t = run([sys.executable, "-m", "ftw.cli", "convert", sample, dst])
         rounds.append((base, t))
     remove(dst)
     ratios = [t["wall"] / b["wall"] for b, t in rounds]
@@ -195,7 +193,6 @@ def main() -> None:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-cost measurement")
     ap.add_argument("--size-gib", type=float, default=3.2, help="each source is at least this big")
     ap.add_argument("--keep", action="store_true", help="keep the generated sources under bench/_data")
-    ap.add_argument("--tree", default=ROOT, help="checkout whose converter runs (default: this one)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.makedirs(DATA, exist_ok=True)
