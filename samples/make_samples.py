@@ -736,26 +736,29 @@ def _mx_from_torch(t: torch.Tensor):
     return mx.array(t.numpy())
 
 
-def _mlx_affine(name, family, out_dir, seed, dims, naming, layer_quant, default, notes) -> Made:
+def _mlx(name, family, out_dir, seed, dims, naming, layer_quant, default, notes, mode="affine") -> Made:
     """mlx-lm's layout, quantized by mlx itself: experts stacked as switch_mlp.{gate,up,down}_proj
     [E, out, in] and every Linear and Embedding whose input width is a multiple of the group
-    size replaced by mx.quantize's (weight u32, scales, biases), as mlx-lm's default predicate
+    size replaced by mx.quantize's (weight u32, scales[, biases]), as mlx-lm's default predicate
     does; written by mx.save_safetensors with mlx-lm's metadata. `layer_quant` overrides
     (bits, group_size) per MoE layer, recorded in config.json the way mlx-lm records
-    per-module quantization."""
+    per-module quantization. mode "affine" -> ftw affine; "mxfp8" (no biases) -> ftw mxfp8."""
     import mlx.core as mx
+
+    def quantize(w, gs, bits):  # -> (weight, scales, biases), (weight, scales) for mxfp8
+        return mx.quantize(w, group_size=gs, bits=bits, mode=mode)
 
     b = Base(family, _seed_for(name, seed), **dims)
     bits0, gs0 = default
-    quant = {"group_size": gs0, "bits": bits0}
+    quant = {"group_size": gs0, "bits": bits0, **({"mode": mode} if mode != "affine" else {})}
     arrays = {}
     for k, v in sorted(b.sd.items()):
         if "experts." in k:
             continue  # the per-expert tensors transformers saved: restacked below
         w = _mx_from_torch(v)
         if k.endswith(".weight") and v.ndim == 2 and v.shape[1] % gs0 == 0 and "norm" not in k:
-            arrays[k], arrays[k[: -len("weight")] + "scales"], arrays[k[: -len("weight")] + "biases"] = \
-                mx.quantize(w, group_size=gs0, bits=bits0)
+            for part, a in zip(("weight", "scales", "biases"), quantize(w, gs0, bits0)):
+                arrays[k[: -len("weight")] + part] = a
         else:
             arrays[k] = w
     formats, options = {}, {}
@@ -764,11 +767,13 @@ def _mlx_affine(name, family, out_dir, seed, dims, naming, layer_quant, default,
         pre = f"{naming['layers']}{layer}.{naming['experts']}"
         for p, pname in zip(L.PROJ, naming["proj"]):
             stacked = _mx_from_torch(L.to_bf16(o[p]))  # [E, out, in], the model's bf16 bits
-            q, s, z = mx.quantize(stacked, group_size=gs, bits=bits)
-            arrays[f"{pre}.{pname}.weight"], arrays[f"{pre}.{pname}.scales"], arrays[f"{pre}.{pname}.biases"] = q, s, z
+            for part, a in zip(("weight", "scales", "biases"), quantize(stacked, gs, bits)):
+                arrays[f"{pre}.{pname}.{part}"] = a
             if (bits, gs) != default:
                 quant[f"{pre}.{pname}"] = {"group_size": gs, "bits": bits}
-        formats[layer], options[str(layer)] = "affine", {"bits": bits, "group_size": gs}
+        formats[layer] = mode
+        if mode == "affine":
+            options[str(layer)] = {"bits": bits, "group_size": gs}
     mx.eval(arrays)
     out = Path(out_dir) / "st" / name
     if out.exists():
@@ -781,24 +786,32 @@ def _mlx_affine(name, family, out_dir, seed, dims, naming, layer_quant, default,
     writer = f"mlx {mx.__version__}"
     entry = _entry(name, family, "stacked", formats, dims["E"], dims["H"], dims["I"], dims["layers"], naming,
                    {"experts": writer, "non_expert": f"{_tf_writer()}; linears and embeddings quantized by {writer}"},
-                   notes, options=options)
+                   notes, **({"options": options} if options else {}))
     return Made(_finish(Path(out_dir), entry), b.originals)
 
 
 @sample
 def make_qwen3_moe_affine(out_dir, seed=0) -> Made:
-    return _mlx_affine("qwen3_moe_affine", "qwen3_moe", out_dir, seed, dict(H=128, I=64, E=4, layers=2),
-                       _naming("model.layers.", "mlp.switch_mlp"), {}, (4, 64),
-                       "mlx-lm layout (switch_mlp), 4-bit group 64 everywhere (experts, attention, router, "
-                       "embeddings, lm_head); scales/biases bf16")
+    return _mlx("qwen3_moe_affine", "qwen3_moe", out_dir, seed, dict(H=128, I=64, E=4, layers=2),
+                _naming("model.layers.", "mlp.switch_mlp"), {}, (4, 64),
+                "mlx-lm layout (switch_mlp), 4-bit group 64 everywhere (experts, attention, router, "
+                "embeddings, lm_head); scales/biases bf16")
 
 
 @sample
 def make_mixtral_affine_mixed(out_dir, seed=0) -> Made:
-    return _mlx_affine("mixtral_affine_mixed", "mixtral", out_dir, seed, dict(H=64, I=32, E=4, layers=2),
-                       _naming("model.layers.", "block_sparse_moe.switch_mlp"), {1: (6, 32)}, (3, 32),
-                       "mlx-lm mixtral layout (block_sparse_moe.switch_mlp); 3-bit group 32, layer 1's "
-                       "experts 6-bit (per-module entries in config.json quantization)")
+    return _mlx("mixtral_affine_mixed", "mixtral", out_dir, seed, dict(H=64, I=32, E=4, layers=2),
+                _naming("model.layers.", "block_sparse_moe.switch_mlp"), {1: (6, 32)}, (3, 32),
+                "mlx-lm mixtral layout (block_sparse_moe.switch_mlp); 3-bit group 32, layer 1's "
+                "experts 6-bit (per-module entries in config.json quantization)")
+
+
+@sample
+def make_qwen3_moe_mxfp8_mlx(out_dir, seed=0) -> Made:
+    return _mlx("qwen3_moe_mxfp8_mlx", "qwen3_moe", out_dir, seed, dict(SMALL, layers=2),
+                _naming("model.layers.", "mlp.switch_mlp"), {}, (8, 32),
+                "mlx-lm layout (switch_mlp), mode mxfp8 everywhere: weight U32 [E, out, in/4] (four e4m3 "
+                "bytes per word), scales U8 E8M0 per 32, no biases", mode="mxfp8")
 
 
 # --------------------------------------------------------------------------- all

@@ -7,7 +7,7 @@
     reference_dequant_library(sample_dir, entry=None) -> same keys, for the layers that
         a library can decode itself (compressed-tensors' NVFP4 and MXFP8 decompressors, its
         ModelOpt NVFP4 converter, its block-FP8 dequantizer; mlx's mx.dequantize for MLX
-        affine where mlx is installed): an outside check of the bytes and of the formulas.
+        affine and mxfp8 where mlx is installed): an outside check of the bytes and of the formulas.
     reference_experts(sample_dir) -> {layer: {param: float64}}
         the model's own in-memory fused expert parameters after transformers 5 loads the
         folder (from_pretrained, CPU): gate_up_proj [E, 2I, H] and down_proj [E, H, I]
@@ -102,6 +102,12 @@ def _stacked(raw: L.RawTensors, pre: str, fmt: str, entry: dict) -> dict:
     if fmt == "affine":  # MLX switch_mlp: {gate,up,down}_proj.{weight, scales, biases}, each [E, out, ...]
         return {p: _affine(raw, f"{pre}.{name}", entry["I"] if p == "down" else entry["H"])
                 for p, name in zip(L.PROJ, entry["naming"]["proj"])}
+    if fmt == "mxfp8":  # MLX switch_mlp mode mxfp8: u32 words holding four e4m3 bytes, u8 E8M0 per 32
+        out = {}
+        for p, name in zip(L.PROJ, entry["naming"]["proj"]):
+            q = raw.get(f"{pre}.{name}.weight").astype("<u4").view(np.uint8)  # [E, out, in]
+            out[p] = L.E4M3[q] * np.repeat(L.e8m0(raw.get(f"{pre}.{name}.scales")), 32, axis=-1)
+        return out
     raise ValueError(f"{pre}: no stacked reference for {fmt}")
 
 
@@ -147,7 +153,7 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
         compressed-tensors convention, then the same decompress.
     fp8_block with weight_scale_inv: FP8BlockDequantizer.process (float32 output).
     mxfp8 (compressed-tensors): MXFP8QuantizationCompressor.decompress (returns bf16).
-    affine (MLX switch_mlp): mx.dequantize in float32, when mlx imports.
+    affine and mxfp8 (MLX switch_mlp): mx.dequantize in float32, when mlx imports.
     Other layers (bf16, mxfp4, ds_fp4, V4's `.scale` fp8) are left out: no library here decodes
     them on a CPU.
     """
@@ -186,7 +192,7 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
 
     out = {}
     if entry["layout"] != "per_expert":
-        return _mlx_affine_layers(sample_dir, entry)
+        return _mlx_layers(sample_dir, entry)
     for layer_s, fmt in entry["formats"].items():
         pre = L.expert_prefix(entry, int(layer_s))
         per = {p: [] for p in L.PROJ}
@@ -198,24 +204,27 @@ def reference_dequant_library(sample_dir: str | Path, entry: dict | None = None)
     return out
 
 
-def _mlx_affine_layers(sample_dir: str | Path, entry: dict) -> dict[int, dict]:
-    """MLX affine layers decoded by mlx itself (mx.dequantize, float32); {} without mlx."""
+def _mlx_layers(sample_dir: str | Path, entry: dict) -> dict[int, dict]:
+    """MLX layers (affine, mxfp8) decoded by mlx itself (mx.dequantize, float32); {} without mlx."""
     try:
         import mlx.core as mx
     except ImportError:
         return {}
     raw = L.RawTensors(sample_dir)
     out = {}
+    if not entry["writer"]["experts"].startswith("mlx"):
+        return {}
     for layer_s, fmt in entry["formats"].items():
-        if fmt != "affine":
-            continue
-        opts = entry["options"][layer_s]
         pre = L.expert_prefix(entry, int(layer_s))
         w = {}
         for p, name in zip(L.PROJ, entry["naming"]["proj"]):
             q = mx.array(raw.get(f"{pre}.{name}.weight"))
-            s, b = (mx.array(raw.float(f"{pre}.{name}.{k}").astype(np.float32)) for k in ("scales", "biases"))
-            d = mx.dequantize(q, s, b, group_size=opts["group_size"], bits=opts["bits"])
+            if fmt == "mxfp8":
+                d = mx.dequantize(q, mx.array(raw.get(f"{pre}.{name}.scales")), mode="mxfp8")
+            else:
+                opts = entry["options"][layer_s]
+                s, b = (mx.array(raw.float(f"{pre}.{name}.{k}").astype(np.float32)) for k in ("scales", "biases"))
+                d = mx.dequantize(q, s, b, group_size=opts["group_size"], bits=opts["bits"])
             w[p] = np.array(d.astype(mx.float32)).astype(np.float64)
         out[int(layer_s)] = {"format": fmt, **w}
     return out

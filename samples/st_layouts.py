@@ -211,6 +211,11 @@ def expected_expert_tensors(entry: dict) -> dict[str, tuple[str, list[int]]]:
                     out[f"{pre}.{name}.weight"] = ("U32", [E, o, i * bits // 32])
                     out[f"{pre}.{name}.scales"] = ("BF16", [E, o, i // gs])
                     out[f"{pre}.{name}.biases"] = ("BF16", [E, o, i // gs])
+            elif fmt == "mxfp8":  # MLX switch_mlp mode mxfp8: four e4m3 bytes per u32, E8M0 per 32, no biases
+                for p, name in zip(PROJ, nm["proj"]):
+                    o, i = (I, H) if p != "down" else (H, I)
+                    out[f"{pre}.{name}.weight"] = ("U32", [E, o, i // 4])
+                    out[f"{pre}.{name}.scales"] = ("U8", [E, o, i // 32])
             elif fmt == "mxfp4":
                 for p, o, i in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
                     out[f"{pre}.{p}_blocks"] = ("U8", [E, o, i // 32, 16])

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from ftw.readers.safetensors_reader import SafetensorsReader
-from st_build import dec_bf16, family_config, rand_bf16, write_ckpt
+from st_build import dec_bf16, family_config, rand_bf16, rand_e4m3, write_ckpt
 
 
 def unpack(words: np.ndarray, bits: int, n: int) -> np.ndarray:
@@ -94,4 +95,46 @@ def test_affine_mismatched_bits(tmp_path):
     from ftw.errors import SourceError
 
     with pytest.raises(SourceError, match=r"down_proj.weight' .* expected u32 \[2, 128, 8\] \(4-bit affine"):
+        SafetensorsReader(folder).plan()
+
+
+def test_mlx_mxfp8_switch_mlp(tmp_path):
+    """MLX mode mxfp8: u32 [E, out, in/4] words of four e4m3 bytes, u8 E8M0 scales per 32, no
+    biases -> mxfp8 banks holding the words' bytes; decoded against e4m3 * 2^(s - 127)."""
+    rng = np.random.default_rng()
+    E, H, I = 3, 128, 64
+    base = "model.layers.0.mlp.switch_mlp."
+    t = {}
+    for p, (o, i) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        t[f"{base}{p}.weight"] = ("U32", rand_e4m3(rng, (E, o, i)).view(np.uint32))
+        t[f"{base}{p}.scales"] = ("U8", rng.integers(100, 140, (E, o, i // 32), dtype=np.uint8))
+    cfg = dict(family_config("qwen3_moe", ["bf16"], E, H, I), quantization={"group_size": 32, "bits": 8, "mode": "mxfp8"})
+    folder = write_ckpt(str(tmp_path / "ck"), cfg, t)
+    e4m3 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double().numpy()
+    with SafetensorsReader(folder) as r:
+        [lb] = r.plan()
+        assert lb.format.name == "mxfp8" and lb.format.options == {}
+        for e in range(E):
+            rows = {k: s.row_array(e) for k, s in lb.banks.items()}
+            for bank, s in (("gate_up", "weight"), ("gate_up_scale", "scales")):
+                assert rows[bank].tobytes() == t[f"{base}gate_proj.{s}"][1][e].tobytes() + t[f"{base}up_proj.{s}"][1][e].tobytes()
+            dec = lb.format.decode(rows, H, I)
+            for k, p in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+                q = t[f"{base}{p}.weight"][1][e].view(np.uint8)
+                want = e4m3[q] * np.repeat(np.exp2(t[f"{base}{p}.scales"][1][e].astype(np.float64) - 127), 32, -1)
+                np.testing.assert_array_equal(dec[k], want)
+
+
+def test_mlx_mxfp4_mode_is_refused_by_name(tmp_path):
+    rng = np.random.default_rng()
+    E, H, I = 2, 128, 64
+    base = "model.layers.0.mlp.switch_mlp."
+    t = {}
+    for p, (o, i) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        t[f"{base}{p}.weight"] = ("U32", rng.integers(0, 2**32, (E, o, i // 8), dtype=np.uint32))
+        t[f"{base}{p}.scales"] = ("U8", rng.integers(100, 140, (E, o, i // 32), dtype=np.uint8))
+    folder = write_ckpt(str(tmp_path / "ck"), family_config("qwen3_moe", ["bf16"], E, H, I), t)
+    from ftw.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"gate_proj.weight' is u32 \[2, 64, 16\].*mxfp8 mode"):
         SafetensorsReader(folder).plan()

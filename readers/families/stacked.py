@@ -85,6 +85,8 @@ def _switch_mlp(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
     L, E, H, I = group.layer, dims.E, dims.H, dims.I
     projs = ("gate_proj", "up_proj", "down_proj")
     quant = "gate_proj.scales" in group.names
+    if quant and "gate_proj.biases" not in group.names:
+        return _switch_mlp_mx(group, dims, index)
     sfx = ("weight", "scales", "biases") if quant else ("weight",)
     check_names(group, [f"{p}.{s}" for p in projs for s in sfx])
     n = {(p, s): group.names[f"{p}.{s}"] for p in projs for s in sfx}
@@ -119,6 +121,33 @@ def _switch_mlp(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
         "gate_up_offset": pair("biases"), "down_offset": stacked_views(index, n["down_proj", "biases"]),
     }
     return "affine", {"bits": bits, "group_size": gs}, rows, {k: sd for k in rows if k.endswith(("_scale", "_offset"))}
+
+
+def _switch_mlp_mx(group: ExpertGroup, dims: Dims, index: SafetensorsIndex):
+    """MLX's microscaled switch_mlp (`mode="mxfp8"`): weight u32 [E, out, in/4], four e4m3 bytes
+    per word in element order (little-endian), scales u8 E8M0 [E, out, in/32], no biases ->
+    `mxfp8`; the words' bytes are the bank's rows as they are. MLX's mxfp4/nvfp4 modes (8
+    values per word) have no ftw format yet."""
+    L, E, H, I = group.layer, dims.E, dims.H, dims.I
+    projs = ("gate_proj", "up_proj", "down_proj")
+    check_names(group, [f"{p}.{s}" for p in projs for s in ("weight", "scales")])
+    n = {(p, s): group.names[f"{p}.{s}"] for p in projs for s in ("weight", "scales")}
+    w0, s0 = index.info(n["gate_proj", "weight"]), index.info(n["gate_proj", "scales"])
+    if w0.dtype != "u32" or s0.dtype not in ("u8", "e8m0") or len(w0.shape) != 3 or w0.shape[2] * 4 != H:
+        raise UnsupportedError(f"layer {L}: {w0.name!r} is {w0.dtype} {list(w0.shape)} with {s0.dtype} scales and no "
+                               f"biases; ftw reads MLX's mxfp8 mode (u32 [E, out, in/4], u8 scales per 32)")
+    if H % 32 or I % 32:
+        raise SourceError(f"layer {L}: MLX mxfp8 experts need H and I multiples of 32 (H={H}, I={I})")
+    for p in projs:
+        o, i = io_dims(dims, ROLES[projs.index(p)])
+        expect(index, n[p, "weight"], L, "u32", (E, o, i // 4), " (MLX mxfp8: four e4m3 bytes per word)")
+        expect(index, n[p, "scales"], L, ("u8", "e8m0"), (E, o, i // 32), " (one E8M0 scale per 32)")
+
+    def pair(s: str):
+        return _stacked_pair(index, n["gate_proj", s], n["up_proj", s])
+
+    return "mxfp8", {}, {"gate_up": pair("weight"), "down": stacked_views(index, n["down_proj", "weight"]),
+                         "gate_up_scale": pair("scales"), "down_scale": stacked_views(index, n["down_proj", "scales"])}
 
 
 def _stacked_pair(index: SafetensorsIndex, gate: str, up: str) -> Callable[[int], list[np.ndarray]]:
