@@ -79,6 +79,17 @@ inline float e8m0_half(uint8_t e) {
 // +1 or -1 from bit j, without a branch (the bits are random: a branch mispredicts half the time)
 inline float sign_of(uint8_t signs, int j) { return float(1 - 2 * int((signs >> j) & 1)); }
 
+// Decode streams weight rows from DRAM, and a dot does enough work per byte that the hardware
+// prefetchers fall behind: each kernel asks for the block kPrefetchAhead bytes ahead of the one it
+// decodes (measured on one core: Q8_0 from DRAM 0.37x -> 0.93x of the read bandwidth). A prefetch
+// past the end of a buffer is harmless (never faults).
+constexpr int kPrefetchAhead = 4096;
+
+template <int S>
+inline void prefetch_block(const uint8_t* b) {
+    for (int o = 0; o < S; o += 64) __builtin_prefetch(b + kPrefetchAhead + o, 0, 3);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One struct per type: `size` (from the generated table) and `block(b, y)`, which writes the
 // block's block_values floats. Layout comments give byte offsets inside one block.
@@ -447,12 +458,14 @@ float dot_portable(const uint8_t* row, const float* x, int64_t n) {
     float acc[L] = {};
     if constexpr (B == 1) {  // plain floats: 16 values per step, then the tail
         int64_t i = 0;
-        for (; i + L <= n; i += L)
+        for (; i + L <= n; i += L) {
+            prefetch_block<L * S>(row + i * S);
             for (int l = 0; l < L; ++l) {
                 float v;
                 K::block(row + (i + l) * S, &v);
                 acc[l] += v * x[i + l];
             }
+        }
         for (; i < n; ++i) {
             float v;
             K::block(row + i * S, &v);
@@ -462,6 +475,7 @@ float dot_portable(const uint8_t* row, const float* x, int64_t n) {
         static_assert(B % L == 0);
         alignas(64) float buf[B];
         for (int64_t ib = 0; ib < n / B; ++ib) {
+            prefetch_block<S>(row + ib * S);
             K::block(row + ib * S, buf);
             const float* xb = x + ib * B;
             for (int j = 0; j < B; j += L)
@@ -491,6 +505,7 @@ void dot_multi_decoded(const uint8_t* row, const float* x, int64_t ldx, int64_t 
     alignas(64) float buf[B];
     for (int64_t t = 0; t < m; ++t) out[t] = 0.f;
     for (int64_t ib = 0; ib < n / B; ++ib) {
+        prefetch_block<S>(row + ib * S);
         K::block(row + ib * S, buf);
         for (int64_t t = 0; t < m; ++t) out[t] += fdot(buf, x + t * ldx + ib * B);
     }
@@ -553,10 +568,47 @@ inline __m128i load_lut(const int8_t* t) {  // plain SSE2 load, no target needed
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
 }
 
+// F32 / F16 / BF16: 16 values a step, two FMA chains, then the tail
+template <int S, __m256 (*Load8)(const uint8_t*), float (*One)(const uint8_t*)>
+FTW_AVX2 float dot_float_avx2(const uint8_t* row, const float* x, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        prefetch_block<16 * S>(row + i * S);
+        a0 = _mm256_fmadd_ps(Load8(row + i * S), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(Load8(row + (i + 8) * S), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; ++i) s += One(row + i * S) * x[i];
+    return s;
+}
+
+FTW_AVX2 inline __m256 load8_f32(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+FTW_AVX2 inline __m256 load8_f16(const uint8_t* p) {  // exact for every non-NaN half
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+FTW_AVX2 inline __m256 load8_bf16(const uint8_t* p) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+inline float one_f32(const uint8_t* p) { return bits_to_float(rd32(p)); }
+inline float one_bf16(const uint8_t* p) { return bits_to_float(uint32_t(rd16(p)) << 16); }
+
+FTW_AVX2 float dot_f32_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_float_avx2<4, load8_f32, one_f32>(r, x, n);
+}
+FTW_AVX2 float dot_f16_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_float_avx2<2, load8_f16, half_at>(r, x, n);
+}
+FTW_AVX2 float dot_bf16_avx2(const uint8_t* r, const float* x, int64_t n) {
+    return dot_float_avx2<2, load8_bf16, one_bf16>(r, x, n);
+}
+
 FTW_AVX2 float dot_q8_0_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q8_0::size.block_bytes;
+        prefetch_block<Q8_0::size.block_bytes>(b);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_mem(reinterpret_cast<const int8_t*>(b + 2), x), acc);
     }
     return hsum(acc);
@@ -568,6 +620,7 @@ FTW_AVX2 float dot_nibble_lut_avx2(const uint8_t* row, const float* x, int64_t n
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         const uint8_t* b = row + ib * S;
+        prefetch_block<S>(b);
         const __m256i q = nibbles_lut(b + S - 16, lut);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(Scale(b)), dot32_i8(q, x + ib * 32), acc);
     }
@@ -593,6 +646,7 @@ FTW_AVX2 float dot_iq4_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * IQ4_XS::size.block_bytes;
+        prefetch_block<IQ4_XS::size.block_bytes>(b);
         const float d = half_hw(b);
         const uint16_t sh = rd16(b + 2);
         for (int j = 0; j < 8; ++j) {
@@ -624,6 +678,7 @@ FTW_AVX2 float dot_q4_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q4_K::size.block_bytes;
+        prefetch_block<Q4_K::size.block_bytes>(b);
         alignas(32) float dsc[8], dmn[8];
         k4_scales(b, dsc, dmn);
         for (int c = 0; c < 4; ++c) {
@@ -645,6 +700,7 @@ FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q5_K::size.block_bytes;
+        prefetch_block<Q5_K::size.block_bytes>(b);
         alignas(32) float dsc[8], dmn[8];
         k4_scales(b, dsc, dmn);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
@@ -679,6 +735,7 @@ FTW_AVX2 float dot_q6_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q6_K::size.block_bytes;
+        prefetch_block<Q6_K::size.block_bytes>(b);
         alignas(32) float dsc[16];
         q6k_scales(b, dsc);
         for (int h = 0; h < 2; ++h) {
@@ -724,6 +781,7 @@ FTW_AVX2 float dot_q4_1_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q4_1::size.block_bytes;
+        prefetch_block<Q4_1::size.block_bytes>(b);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(nibbles(b + 4), x), acc);
         accm = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b + 2)), sum32(x), accm);
     }
@@ -734,6 +792,7 @@ FTW_AVX2 float dot_q5_1_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q5_1::size.block_bytes;
+        prefetch_block<Q5_1::size.block_bytes>(b);
         const __m256i q = _mm256_or_si256(nibbles(b + 8), fifth_bits(rd32(b + 4)));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(q, x), acc);
         accm = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b + 2)), sum32(x), accm);
@@ -746,6 +805,7 @@ FTW_AVX2 float dot_q5_0_avx2(const uint8_t* row, const float* x, int64_t n) {
     const __m256i off = _mm256_set1_epi8(16);
     for (int64_t ib = 0; ib < n / 32; ++ib, x += 32) {
         const uint8_t* b = row + ib * Q5_0::size.block_bytes;
+        prefetch_block<Q5_0::size.block_bytes>(b);
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth_bits(rd32(b + 2))), off);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(half_hw(b)), dot32_i8(q, x), acc);
     }
@@ -758,6 +818,7 @@ FTW_AVX2 float dot_q2_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q2_K::size.block_bytes;
+        prefetch_block<Q2_K::size.block_bytes>(b);
         const float d = half_hw(b + 80), dmin = half_hw(b + 82);
         for (int h = 0; h < 2; ++h) {
             const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * h));
@@ -781,6 +842,7 @@ FTW_AVX2 float dot_q3_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q3_K::size.block_bytes;
+        prefetch_block<Q3_K::size.block_bytes>(b);
         const uint8_t* s = b + 96;
         const float d = half_hw(b + 108);
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
@@ -827,6 +889,7 @@ FTW_AVX2 float dot_iq2_xxs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ2_XXS::size.block_bytes;
+        prefetch_block<IQ2_XXS::size.block_bytes>(b);
         const float d = half_hw(b);
         for (int j = 0; j < 8; ++j, x += 32) {
             const uint32_t a0 = rd32(b + 2 + 8 * j), a1 = rd32(b + 6 + 8 * j);
@@ -845,6 +908,7 @@ FTW_AVX2 float dot_iq2_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ2_XS::size.block_bytes;
+        prefetch_block<IQ2_XS::size.block_bytes>(b);
         const float d = half_hw(b);
         for (int k = 0; k < 32; k += 2, x += 16) {  // two grid rows share a scale nibble
             const uint16_t q0 = rd16(b + 2 + 2 * k), q1 = rd16(b + 4 + 2 * k);
@@ -862,6 +926,7 @@ FTW_AVX2 float dot_iq3_xxs_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ3_XXS::size.block_bytes;
+        prefetch_block<IQ3_XXS::size.block_bytes>(b);
         const float d = half_hw(b);
         const uint8_t* qs = b + 2;
         for (int j = 0; j < 8; ++j, x += 32) {
@@ -881,6 +946,7 @@ FTW_AVX2 float dot_iq3_s_avx2(const uint8_t* row, const float* x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib) {
         const uint8_t* b = row + ib * IQ3_S::size.block_bytes;
+        prefetch_block<IQ3_S::size.block_bytes>(b);
         const float d = half_hw(b);
         const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
         for (int j = 0; j < 8; ++j, x += 32) {
@@ -945,9 +1011,9 @@ constexpr Entry entry(const char* name, DotFn avx2 = nullptr) {
 #endif
 
 Entry g_entries[] = {
-    entry<F32>("F32"),
-    entry<F16>("F16"),
-    entry<BF16>("BF16"),
+    entry<F32>("F32", FTW_SIMD(dot_f32_avx2)),
+    entry<F16>("F16", FTW_SIMD(dot_f16_avx2)),
+    entry<BF16>("BF16", FTW_SIMD(dot_bf16_avx2)),
     entry<Q8_0>("Q8_0", FTW_SIMD(dot_q8_0_avx2)),
     entry<Q4_0>("Q4_0", FTW_SIMD(dot_q4_0_avx2)),
     entry<Q4_1>("Q4_1", FTW_SIMD(dot_q4_1_avx2)),
