@@ -12,6 +12,7 @@
 
 #include "core/errors.h"
 #include "core/numerics.h"
+#include "core/simd.h"
 
 namespace ftw::cpu {
 
@@ -92,18 +93,7 @@ struct FormatInfo {
     std::unique_ptr<Format> (*make)(const Options& options);   // throws on bad options/types
 };
 
-// dot of two float vectors with independent partial sums (vectorizable without -ffast-math)
-inline float dot(const float* a, const float* b, int64_t n) {
-    constexpr int L = 16;
-    float acc[L] = {};
-    int64_t i = 0;
-    for (; i + L <= n; i += L)
-        for (int j = 0; j < L; ++j) acc[j] += a[i + j] * b[i + j];
-    float s = 0.0f;
-    for (; i < n; ++i) s += a[i] * b[i];
-    for (int j = 0; j < L; ++j) s += acc[j];
-    return s;
-}
+using simd::dot;
 
 // FormatError unless `value` (a dimension named `what`) is a multiple of m.
 inline void require_multiple(const char* format, const char* what, int64_t value, int64_t m) {

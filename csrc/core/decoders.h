@@ -36,13 +36,8 @@ struct Fp4E8m0Decoder {
         const uint8_t* s = c.s + r * (c.K / 32) + k0 / 32;
         for (int64_t b = 0; b < n / 32; ++b) {
             const float scale = num::kE8M0[s[b]];
-            float lut[16];
-            for (int j = 0; j < 16; ++j) lut[j] = num::kE2M1[j] * scale;
-            for (int j = 0; j < 16; ++j) {
-                const uint8_t q = w[b * 16 + j];
-                out[b * 32 + 2 * j] = lut[q & 0xF];
-                out[b * 32 + 2 * j + 1] = lut[q >> 4];
-            }
+            simd::e2m1x16(w + b * 16, scale, out + b * 32);
+            simd::e2m1x16(w + b * 16 + 8, scale, out + b * 32 + 16);
         }
     }
 };

@@ -39,15 +39,39 @@ struct AffineDecoder {
         return {L.at(bank_name(p)).expert(e), s.expert(e), o.expert(e), s.dtype, o.dtype, p == Proj::GateUp ? L.H : L.I};
     }
 
-    void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
-        // 8 values are `bits` bytes: read them into a 64-bit word (little-endian) and shift
-        const uint8_t* w = c.w + r * (c.K * bits / 8) + k0 * bits / 8;
-        const uint64_t mask = (uint64_t(1) << bits) - 1;
-        const int64_t g0 = r * (c.K / group);
-        for (int64_t j = 0; j < n; j += 8) {
+    // values [j0, j1) of a row (multiples of 8) -> q as floats. 8 values are `B` bytes: read
+    // them as one little-endian word (8 bytes where the row has them, else exactly B).
+    template <int B>
+    static void unpack(const uint8_t* row, int64_t row_bytes, int64_t j0, int64_t j1, float* out) {
+        constexpr uint64_t mask = (uint64_t(1) << B) - 1;
+        for (int64_t j = j0; j < j1; j += 8) {
+            const int64_t at = j * B / 8;
             uint64_t v = 0;
-            std::memcpy(&v, w + j * bits / 8, size_t(bits));
-            for (int i = 0; i < 8; ++i) out[j + i] = float((v >> (i * bits)) & mask);
+            if (at + 8 <= row_bytes) std::memcpy(&v, row + at, 8);
+            else std::memcpy(&v, row + at, B);
+            for (int i = 0; i < 8; ++i) out[j - j0 + i] = float((v >> (i * B)) & mask);
+        }
+    }
+
+    void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
+        const int64_t row_bytes = c.K * bits / 8;
+        const uint8_t* row = c.w + r * row_bytes;
+        const int64_t g0 = r * (c.K / group);
+        if (bits == 4 && group % 16 == 0) {  // the common MLX case: nibbles, 16 at a time
+            for (int64_t j = 0; j < n;) {
+                const int64_t gi = (k0 + j) / group, end = std::min(n, (gi + 1) * group - k0);
+                const float s = load_float(c.s, c.sdt, g0 + gi), o = load_float(c.o, c.odt, g0 + gi);
+                for (; j < end; j += 16) simd::u4x16(row + (k0 + j) / 2, s, o, out + j);
+            }
+            return;
+        }
+        switch (bits) {
+            case 2: unpack<2>(row, row_bytes, k0, k0 + n, out); break;
+            case 3: unpack<3>(row, row_bytes, k0, k0 + n, out); break;
+            case 4: unpack<4>(row, row_bytes, k0, k0 + n, out); break;
+            case 5: unpack<5>(row, row_bytes, k0, k0 + n, out); break;
+            case 6: unpack<6>(row, row_bytes, k0, k0 + n, out); break;
+            default: unpack<8>(row, row_bytes, k0, k0 + n, out); break;
         }
         for (int64_t j = 0; j < n;) {
             const int64_t gi = (k0 + j) / group, end = std::min(n, (gi + 1) * group - k0);

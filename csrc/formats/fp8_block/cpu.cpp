@@ -44,6 +44,7 @@ struct Fp8BlockDecoder {
         for (int64_t j = k0; j < k0 + n;) {
             const int64_t end = std::min(k0 + n, (j / bi + 1) * bi);
             const float s = load_float(c.s, c.sdt, srow * c.scols + j / bi);
+            for (; j + 16 <= end; j += 16) simd::e4m3x16(w + j, s, out + (j - k0));
             for (; j < end; ++j) out[j - k0] = num::kE4M3[w[j]] * s;
         }
     }

@@ -31,7 +31,8 @@ struct Mxfp8Decoder {
         const uint8_t* s = c.s + r * (c.K / 32) + k0 / 32;
         for (int64_t b = 0; b < n / 32; ++b) {
             const float scale = num::kE8M0[s[b]];
-            for (int j = 0; j < 32; ++j) out[b * 32 + j] = num::kE4M3[w[b * 32 + j]] * scale;
+            simd::e4m3x16(w + b * 32, scale, out + b * 32);
+            simd::e4m3x16(w + b * 32 + 16, scale, out + b * 32 + 16);
         }
     }
 };

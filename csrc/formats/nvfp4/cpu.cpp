@@ -36,16 +36,7 @@ struct Nvfp4Decoder {
         const uint8_t* w = c.w + r * (c.K / 2) + k0 / 2;
         const uint8_t* s = c.s + r * (c.K / 16) + k0 / 16;
         const float g = c.g[r];
-        for (int64_t b = 0; b < n / 16; ++b) {
-            const float scale = num::kE4M3[s[b]] * g;
-            float lut[16];
-            for (int j = 0; j < 16; ++j) lut[j] = num::kE2M1[j] * scale;
-            for (int j = 0; j < 8; ++j) {
-                const uint8_t q = w[b * 8 + j];
-                out[b * 16 + 2 * j] = lut[q & 0xF];
-                out[b * 16 + 2 * j + 1] = lut[q >> 4];
-            }
-        }
+        for (int64_t b = 0; b < n / 16; ++b) simd::e2m1x16(w + b * 8, num::kE4M3[s[b]] * g, out + b * 16);
     }
 };
 

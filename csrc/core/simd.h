@@ -1,0 +1,155 @@
+// Vector decoders for the codes the formats store, one block of 16 values at a time, and the
+// float dot product: AVX-512 where the compiler targets it (-march=native on such a CPU),
+// AVX2 + F16C next, and a portable scalar path always (FTW_NATIVE=OFF builds, other CPUs).
+// The codes are exact in float32 and a scale multiplies once per value in every path, so the
+// paths agree bit for bit, except where a vector path fuses a multiply-add (affine's q * scale
+// + offset), which differs by float32 rounding.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define FTW_SIMD_AVX512 1
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#define FTW_SIMD_AVX2 1
+#include <immintrin.h>
+#endif
+
+#include "core/numerics.h"
+
+namespace ftw::simd {
+
+inline const char* path() {
+#if defined(FTW_SIMD_AVX512)
+    return "avx512";
+#elif defined(FTW_SIMD_AVX2)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}
+
+// sum a[i] * b[i], float32, several independent accumulators
+inline float dot(const float* a, const float* b, int64_t n) {
+    int64_t i = 0;
+    float s = 0.0f;
+#if defined(FTW_SIMD_AVX512)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(FTW_SIMD_AVX2)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    __m256 acc = _mm256_add_ps(acc0, acc1);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    s = _mm_cvtss_f32(q);
+#else
+    constexpr int L = 16;
+    float acc[L] = {};
+    for (; i + L <= n; i += L)
+        for (int j = 0; j < L; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < L; ++j) s += acc[j];
+#endif
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+// 16 bf16 -> float
+inline void bf16x16(const uint16_t* w, float* out) {
+#if defined(FTW_SIMD_AVX512)
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+#elif defined(FTW_SIMD_AVX2)
+    for (int h = 0; h < 2; ++h) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * h)));
+        _mm256_storeu_ps(out + 8 * h, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+#else
+    for (int i = 0; i < 16; ++i) out[i] = num::bf16_to_f32(w[i]);
+#endif
+}
+
+// 16 e4m3fn bytes -> float * scale. The vector paths place the code in a half float (the
+// e4m3 value is the half's value times 2^8, subnormals included) and convert with F16C.
+inline void e4m3x16(const uint8_t* w, float scale, float* out) {
+#if defined(FTW_SIMD_AVX512)
+    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
+                                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7));
+    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(scale * 256.0f)));
+#elif defined(FTW_SIMD_AVX2)
+    for (int half = 0; half < 2; ++half) {
+        __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * half)));
+        __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                                 _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
+        _mm256_storeu_ps(out + 8 * half, _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(scale * 256.0f)));
+    }
+#else
+    for (int i = 0; i < 16; ++i) out[i] = num::kE4M3[w[i]] * scale;
+#endif
+}
+
+// 8 bytes of e2m1 pairs (low nibble first) -> 16 floats * scale
+inline void e2m1x16(const uint8_t* w, float scale, float* out) {
+#if defined(FTW_SIMD_AVX512)
+    const __m512 lut = _mm512_mul_ps(_mm512_loadu_ps(num::kE2M1.data()), _mm512_set1_ps(scale));
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(nib), lut));
+#elif defined(FTW_SIMD_AVX2)
+    // magnitude from an 8-entry table, sign from bit 3
+    const __m256 lut = _mm256_mul_ps(_mm256_loadu_ps(num::kE2M1.data()), _mm256_set1_ps(scale));
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    for (int half = 0; half < 2; ++half) {
+        __m256i idx = _mm256_cvtepu8_epi32(half ? _mm_srli_si128(nib, 8) : nib);
+        __m256 mag = _mm256_permutevar8x32_ps(lut, _mm256_and_si256(idx, _mm256_set1_epi32(7)));
+        __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
+        _mm256_storeu_ps(out + 8 * half, _mm256_xor_ps(mag, _mm256_castsi256_ps(sign)));
+    }
+#else
+    for (int j = 0; j < 8; ++j) {
+        out[2 * j] = num::kE2M1[w[j] & 0xF] * scale;
+        out[2 * j + 1] = num::kE2M1[w[j] >> 4] * scale;
+    }
+#endif
+}
+
+// 8 bytes of 4-bit unsigned values (low nibble first) -> 16 floats q * scale + offset
+inline void u4x16(const uint8_t* w, float scale, float offset, float* out) {
+#if defined(FTW_SIMD_AVX512)
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib));
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(q, _mm512_set1_ps(scale), _mm512_set1_ps(offset)));
+#elif defined(FTW_SIMD_AVX2)
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    for (int half = 0; half < 2; ++half) {
+        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(half ? _mm_srli_si128(nib, 8) : nib));
+        _mm256_storeu_ps(out + 8 * half, _mm256_fmadd_ps(q, _mm256_set1_ps(scale), _mm256_set1_ps(offset)));
+    }
+#else
+    for (int j = 0; j < 8; ++j) {
+        out[2 * j] = float(w[j] & 0xF) * scale + offset;
+        out[2 * j + 1] = float(w[j] >> 4) * scale + offset;
+    }
+#endif
+}
+
+}  // namespace ftw::simd
