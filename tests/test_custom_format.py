@@ -204,6 +204,16 @@ def test_custom_format_converts_opens_loads_decodes(tmp_path, i8_format, compres
                 np.testing.assert_array_equal(got[k], v)
 
 
+def test_runtime_without_its_kernel_refuses_it_by_name(tmp_path, i8_format):
+    """Until csrc/formats/i8_group/ exists, the CPU runtime says so (no crash, no guess)."""
+    runtime = pytest.importorskip("ftw.runtime")
+    src, _ = make_source(tmp_path, np.random.default_rng())
+    convert(src, tmp_path / "out.ftw")
+    banks = ftw.load_expert_banks(tmp_path / "out.ftw")
+    with pytest.raises(ftw.UnsupportedError, match="layer 0: format 'i8_group' has no CPU kernel"):
+        runtime.CpuMoeExecutor(banks)
+
+
 def test_custom_format_passes_ftw_check(tmp_path, i8_format):
     from ftw.check import check
 
