@@ -743,7 +743,11 @@ def _mlx(name, family, out_dir, seed, dims, naming, layer_quant, default, notes,
     does; written by mx.save_safetensors with mlx-lm's metadata. `layer_quant` overrides
     (bits, group_size) per MoE layer, recorded in config.json the way mlx-lm records
     per-module quantization. mode "affine" -> ftw affine; "mxfp8" (no biases) -> ftw mxfp8."""
-    import mlx.core as mx
+    try:
+        import mlx.core as mx
+    except ImportError as e:
+        raise ImportError(f"{name} is written by mlx: pip install 'mlx[cpu]' (Linux) or mlx (macOS), "
+                          f"as the dev extra does") from e
 
     def quantize(w, gs, bits):  # -> (weight, scales, biases), (weight, scales) for mxfp8
         return mx.quantize(w, group_size=gs, bits=bits, mode=mode)
