@@ -4,7 +4,11 @@
 // expert rows as the file stores them and looks each layer's type up here; nothing else in
 // csrc/ knows a ggml block layout. The decoders are bit-exact to ggml's dequantize_row_* (and to
 // gguf.quants, which mirrors them); tables such as the IQ grids are generated from the gguf
-// package at build time (gen_tables.py), never typed by hand.
+// package at build time (gen_tables.py), never typed by hand. CUDA code gets the same tables by
+// including the generated "ggml_tables.h" after `#define FTW_GGML_TABLE static __constant__ const`.
+//
+// Every dot prefetches the row 4 KiB ahead of the block it decodes: from DRAM, without it, the
+// kernels ran at half their in-cache rate (docs/BENCHMARKS.md, "ggml row dot products").
 #pragma once
 
 #include <cstdint>
