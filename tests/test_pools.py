@@ -370,6 +370,13 @@ def test_capacity_smaller_than_a_step_is_refused_or_chunked(rng):
     check_bytes(pools, banks)
 
 
+def test_a_layer_with_no_routed_experts_copies_nothing(rng):
+    pools = SlotPools(make_banks(rng), slots=44, top_k=TOP_K, decode_batch=2)
+    out = pools.decode_step({1: [], 2: [3]})
+    assert out[1].size == 0 and out[2].tolist() == [pools.slot_of(2, 3)]
+    assert resident(pools, 1) == set() and pools.stats()["nvfp4"]["misses"] == 1
+
+
 def test_bad_input_is_one_clear_error(rng):
     banks = make_banks(rng)
     pools = SlotPools(banks, slots=44, top_k=TOP_K, decode_batch=2)

@@ -177,6 +177,7 @@ class SlotPools:
 
     Budget: gpu_mem (bytes or '40GiB') or slots (cache slots over all pools). decode_batch=0
     plans the largest batch the budget allows in every pool; prefill_chunk > 0 plans staging.
+    One caller at a time: the pools are not thread-safe.
     """
 
     def __init__(
@@ -251,15 +252,15 @@ class SlotPools:
         pool cannot hold all its layers' experts at once, in consecutive groups of layers that
         it can hold (a single layer that does not fit is refused: CapacityError)."""
         self._p.begin_step()
-        layers = list(routed)
-        ids = {l: np.asarray(routed[l], dtype=np.int32).reshape(-1) for l in layers}
-        out: dict[int, np.ndarray] = {}
+        ids = {l: np.asarray(routed[l], dtype=np.int32).reshape(-1) for l in routed}
+        out: dict[int, np.ndarray] = {l: np.empty(0, np.int32) for l, v in ids.items() if not v.size}
+        layers = [l for l in ids if ids[l].size]
         for chunk in self._chunks(layers, ids):
             width = max(ids[l].size for l in chunk)
             arr = np.zeros((len(chunk), width), dtype=np.int32)
             for i, l in enumerate(chunk):  # pad with the row's first id: a repeat, never a new expert
                 arr[i, : ids[l].size] = ids[l]
-                arr[i, ids[l].size:] = ids[l][0] if ids[l].size else 0
+                arr[i, ids[l].size:] = ids[l][0]
             slots = self._p.request(np.array(chunk, dtype=np.int32), arr)
             for i, l in enumerate(chunk):
                 out[l] = slots[i, : ids[l].size]
