@@ -218,6 +218,19 @@ def check_bytes(pools: SlotPools, banks: ExpertBanks) -> int:
     return checked
 
 
+def check_pass(banks: ExpertBanks, layer: int, view, experts) -> None:
+    """A prefill pass as its kernel sees it: every listed expert's rows, in every bank of the
+    format, at bank_base + slot_of_expert[e] * row_bytes (cache or staging half)."""
+    slots = np.ctypeslib.as_array(ctypes.cast(view.slot_of_expert, ctypes.POINTER(ctypes.c_int32)), (E,))
+    for e in experts:
+        assert slots[e] >= 0
+        for j, name in enumerate(banks.layer_formats[layer].format.bank_names):
+            host = banks.banks[name][layer][e] if name in banks.banks else np.empty(0, np.uint8)
+            if host.nbytes:
+                got = ctypes.string_at(view.bank_base[j] + int(slots[e]) * view.row_bytes[j], host.nbytes)
+                assert got == host.tobytes(), f"layer {layer} expert {e} bank {name} (half {view.staging_half})"
+
+
 def random_routing(rng, layers, batch):
     return {l: rng.integers(0, E, (batch, TOP_K)).reshape(-1) for l in layers}
 
@@ -339,7 +352,7 @@ def test_long_random_sequence_keeps_slots_bit_equal(rng):
     for step in range(400):
         if rng.random() < 0.2:
             routed = {int(l): rng.integers(0, E, (3, TOP_K)).reshape(-1) for l in rng.choice(list(LAYERS), 3, replace=False)}
-            pools.prefill_step(routed, lambda layer, view, experts: None)
+            pools.prefill_step(routed, lambda layer, view, experts: check_pass(banks, layer, view, experts))
         else:
             pools.decode_step(random_routing(rng, rng.choice(list(LAYERS), 2, replace=False).tolist(), 4))
         if step % 50 == 49:
