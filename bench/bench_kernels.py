@@ -258,6 +258,29 @@ def sanitize_case(dev) -> None:
             print(f"sanitize {name} T={T}: finite={bool(torch.isfinite(out).all())}")
 
 
+def accuracy(dev) -> list[dict]:
+    """||out - ref|| / ||ref|| per format against the float64 reference of tests/test_cuda_kernels.py
+    (decode T=8 and prefill T=150, values reaching the activation clamps)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    import numpy as np
+    import test_cuda_kernels as t
+
+    rows = []
+    for name in t.GPU_FORMATS:
+        for T, Kk, spread in ((8, 8, 12.0), (150, 4, 4.0)):
+            rng = np.random.default_rng([T, t.GPU_FORMATS.index(name)])
+            H, I, E = 256, 160, 16  # noqa: E741
+            opts, banks = t.make_banks(name, H, I, E, rng, biases=name in ("bf16", "mxfp4"), spread=spread)
+            x, x64 = t.bf16_x(T, H, rng)
+            ids, wts = t.routing(T, Kk, E, rng)
+            act = t.ACTS["swiglu_oai"] if name == "mxfp4" else t.ACTS["silu_limit"]
+            out = t.run(name, opts, banks, x, ids, wts, act)
+            err = t.rel_err(out, t.Reference(name, opts, banks, H, I).forward(x64, ids, wts, act))
+            rows.append({"format": name, "T": T, "rel_err": err})
+            print(f"accuracy {name:9s} T={T:3d}: ||out - ref|| / ||ref|| = {err:.2e} (tolerance {t.tol(name):.0e})")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write every figure here")
@@ -266,6 +289,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
+    ap.add_argument("--accuracy", action="store_true", help="also measure errors against float64")
     args = ap.parse_args()
     dev = torch.device("cuda")
     if args.sanitize:
@@ -273,6 +297,8 @@ def main() -> None:
         return
     props = torch.cuda.get_device_properties(dev)
     res = {"device": props.name, "sms": props.multi_processor_count, "decode": [], "prefill": []}
+    if args.accuracy:
+        res["accuracy"] = accuracy(dev)
     res["matmul_bf16_TFLOPs"] = matmul_rate(dev)
     print(f"{props.name}: torch bf16 matmul 8192^3 {res['matmul_bf16_TFLOPs']:.0f} TFLOP/s", flush=True)
     sink = torch.zeros(1024, dtype=torch.int32, device=dev)

@@ -170,7 +170,7 @@ def test_every_safetensors_format_has_a_cuda_kernel():
 
 
 @pytest.mark.parametrize("name", GPU_FORMATS)
-@pytest.mark.parametrize("T", [1, 3, 8])
+@pytest.mark.parametrize("T", [1, 3, 8, 12])  # 12 > 8: the routed (prefill) path at a small T
 def test_decode_matches_float64_reference(name, T):
     rng = np.random.default_rng([T, GPU_FORMATS.index(name)])
     H, I, E, K = 256, 160, 16, 8  # I = 160: fp8_block's fused gate_up scales with I % 128 != 0  # noqa: E741
@@ -320,6 +320,22 @@ def test_non_resident_expert_refused_on_the_host():
     bad[0, 1] = 8
     with pytest.raises(FormatError, match=r"topk_ids\[0, 1\] = 8 is not an expert"):
         run("nvfp4", opts, banks, x, bad, wts, "silu")
+
+
+def test_expert_listed_twice_by_a_token_refused():
+    opts, banks, x, ids, wts = _small()
+    ids[1, 1] = ids[1, 0]
+    with pytest.raises(FormatError, match="token 1 lists an expert twice"):
+        run("nvfp4", opts, banks, x, ids, wts, "silu")
+
+
+def test_fp8_block_scale_block_must_hold_whole_chunks():
+    rng = np.random.default_rng(4)
+    opts, banks = make_banks("fp8_block", 256, 128, 4, rng, block=(128, 32))
+    x, _ = bf16_x(1, 256, rng)
+    ids, wts = routing(1, 2, 4, rng)
+    with pytest.raises(UnsupportedError, match=r"block_size\[1\]=32 must be a multiple of 64"):
+        run("fp8_block", opts, banks, x, ids, wts, "silu")
 
 
 def test_non_resident_expert_flagged_on_the_device_without_host_check():

@@ -184,6 +184,8 @@ void check_launch(const char* what) {
 }
 
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
+    const cudaError_t e = cudaMemsetAsync(p.out, 0, size_t(p.T) * p.H * sizeof(float), stream);
+    if (e != cudaSuccess) throw CudaError(std::string("cuda experts: clearing out: ") + cudaGetErrorString(e));
     experts_route<<<1, kRouteThreads, 3 * p.num_experts * sizeof(int), stream>>>(p, tile_m);
     check_launch("routing kernel");
 }
@@ -266,10 +268,12 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     if (f.uses_fp8_block_options) {
         if (opt.block_out <= 0 || opt.block_in <= 0)
             throw FormatError(where + "block_size must be two positive integers");
-        // one scale per 16-byte unit: the unit must not straddle two input blocks
-        if (opt.block_in % f.vec != 0 && opt.block_in < std::max(p.H, p.I))
-            throw UnsupportedError(where + "block_size[1]=" + std::to_string(opt.block_in) + " must be a multiple of " +
-                                   std::to_string(f.vec) + " (or cover the whole row)");
+        // one scale per 64-value chunk (4 lanes x 16 bytes): a chunk must not straddle input blocks
+        const int chunk = 4 * f.vec;
+        for (int in : {p.H, p.I})
+            if (opt.block_in % chunk != 0 && opt.block_in < in)
+                throw UnsupportedError(where + "block_size[1]=" + std::to_string(opt.block_in) +
+                                       " must be a multiple of " + std::to_string(chunk) + " (or cover the whole row)");
         if (opt.scale_dtype != "f32" && opt.scale_dtype != "bf16")
             throw UnsupportedError(where + "block scales must be f32 or bf16, got " + opt.scale_dtype);
         kp.scale_f32 = opt.scale_dtype == "f32";
@@ -278,10 +282,7 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     check_banks(f, view, kp, gu_bias, d_bias);
     kp.gu_bias_bank = gu_bias, kp.down_bias_bank = d_bias;
 
-    auto st = reinterpret_cast<cudaStream_t>(stream);
-    const cudaError_t e = cudaMemsetAsync(kp.out, 0, size_t(p.T) * p.H * sizeof(float), st);
-    if (e != cudaSuccess) throw CudaError(where + "clearing out: " + cudaGetErrorString(e));
-    f.launch(kp, st);
+    f.launch(kp, reinterpret_cast<cudaStream_t>(stream));
 }
 
 void stream_read(uintptr_t ptr, int64_t bytes, uintptr_t sink, uintptr_t stream) {

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -165,24 +166,110 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
 // ---- the kernel -----------------------------------------------------------------------------
 //
 // Template: Dec = the format's decoder; PH = 0 (gate_up + activation) or 1 (down + weighted sum);
-// MT = 16-pair m-tiles per block (tile = 16 * MT pairs); NT = 8-row n-tiles per warp;
-// KS = warps splitting the input dimension (reduced through shared memory); RG = warp rows.
+// MT = 16-pair m-tiles per block; NT = 8-row n-tiles per warp; RG = warp rows per block;
+// DECODE = the block finds its expert itself from topk_ids (no routing kernel, T <= 8, T*K <= 128),
+// else it reads a tile made by the routing kernel. blockDim.x = 32 * KS * RG: KS warps split the
+// input dimension (chosen at launch from the row length) and are reduced through shared memory.
 //
 // Decoder contract (see csrc/formats/*/cuda.cu):
 //   VEC                          values per 16 stored weight bytes
 //   Row row(p, proj, slot, r)    where row r of gate_up (proj 0) or down (proj 1) of `slot` is
 //   Raw load(row, u)             the u-th 16-byte unit of the row (+ the scale it needs)
-//   decode(raw, w[VEC/2])        bf16 pairs, value * 2^-62 for scaled formats (bf16: exact)
+//   decode(raw, w[VEC/2])        bf16 pairs (value * 2^-62, or 2^-56 for fp8_block; bf16 exact)
 //   permute(x[VEC/2], a[VEC/2])  x's contiguous pairs into decode's pair order
 //   post(p, proj, slot, r)       factor applied to row r's dot product (2^62 * global scale)
-template <class Dec, int PH, int MT, int NT, int KS, int RG>
-__global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams p) {
+//   kChunkScale, chunk_scale(p, proj, slot, r, c)   optional: a float32 scale per row and
+//                                64-value chunk, applied to each chunk's partial sums (fp8_block)
+constexpr int kDecodeMaxPairs = 128;  // T * K at most, for the DECODE path
+constexpr int kMaxKSplit = 8;
+
+struct Tile {
+    int slot, count;
+    const int32_t* pairs;  // `count` pair ids (t * K + k)
+};
+
+// DECODE: block y serves the y-th distinct expert of the step (in order of first appearance);
+// every block of both phases derives the same list, so no routing kernel or table is needed.
+// Returns count 0 when there is no y-th expert or it is not resident (skipped; the error word is
+// written by block (0, 0) of phase 0).
+template <int PH>
+__device__ Tile decode_tile(const KernelParams& p, int* s_ids, int* s_first, int* s_pairs, int* s_meta) {
+    const int P = p.T * p.K, tid = threadIdx.x;
+    if (tid == 0) s_meta[0] = -1, s_meta[1] = 0, s_meta[2] = INT_MAX;
+    for (int i = tid; i < P; i += blockDim.x) s_ids[i] = p.topk_ids[i];
+    __syncthreads();
+    for (int i = tid; i < P; i += blockDim.x) {
+        const int e = s_ids[i];
+        bool first = true;
+        for (int j = 0; j < i; ++j) first &= s_ids[j] != e;
+        s_first[i] = first;
+        const int s = (e >= 0 && e < p.num_experts) ? p.slot_of_expert[e] : -1;
+        if (s < 0 || s >= p.num_slots) atomicMin(&s_meta[2], i);
+    }
+    __syncthreads();
+    for (int i = tid; i < P; i += blockDim.x) {
+        if (!s_first[i]) continue;
+        int rank = 0;
+        for (int j = 0; j < i; ++j) rank += s_first[j];
+        if (rank == int(blockIdx.y)) s_meta[0] = s_ids[i];
+    }
+    __syncthreads();
+    const int e = s_meta[0];
+    if (PH == 0 && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
+        *p.error = s_meta[2] == INT_MAX ? 0 : s_meta[2] + 1;
+    Tile t{0, 0, s_pairs};
+    if (e < 0 || e >= p.num_experts) return t;
+    const int slot = p.slot_of_expert[e];
+    if (slot < 0 || slot >= p.num_slots) return t;
+    for (int i = tid; i < P; i += blockDim.x) {
+        if (s_ids[i] != e) continue;
+        int pos = 0;
+        for (int j = 0; j < i; ++j) pos += s_ids[j] == e;
+        if (pos < 8) s_pairs[pos] = i;  // a token routes to an expert once: pos < T <= 8
+    }
+    int n = 0;
+    for (int j = 0; j < P; ++j) n += s_ids[j] == e;
+    __syncthreads();
+    t.slot = slot, t.count = min(n, 8);  // more only if a token lists an expert twice (refused on the host)
+    return t;
+}
+
+template <class Dec>
+struct HasChunkScale {
+    template <class D>
+    static constexpr bool test(decltype(D::kChunkScale)*) { return D::kChunkScale; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<Dec>(nullptr);
+};
+
+template <class Dec, int PH, int MT, int NT, int RG, bool DECODE>
+__global__ void __launch_bounds__(DECODE ? kMaxKSplit * 32 : 32 * RG, DECODE ? 2 : 3) experts_proj(const KernelParams p) {
     constexpr int V = Dec::VEC;
-    constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
-    const int tile_id = blockIdx.y;
-    if (tile_id >= *p.num_tiles) return;
-    const int4 tile = p.tiles[tile_id];
-    const int slot = tile.x;
+    constexpr int NR = V / 2;   // bf16x2 registers per 16-byte unit
+    // weight units in flight per lane and n-tile (fp4 decoders need the registers elsewhere)
+    constexpr int D = (DECODE && V < 32) ? 3 : 2;
+    constexpr bool HI = !DECODE;  // A rows g + 8: decode tiles hold at most 8 pairs (T <= 8)
+    constexpr bool CS = HasChunkScale<Dec>::value;
+    const int KS = blockDim.x / (32 * RG);
+
+    Tile tile;
+    if constexpr (DECODE) {
+        __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_pairs[8], s_meta[3];
+        if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+            const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+            for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+                 i += stride)
+                p.out[i] = 0.f;
+        }
+        tile = decode_tile<PH>(p, s_ids, s_first, s_pairs, s_meta);
+        if (tile.count == 0) return;
+    } else {
+        if (int(blockIdx.y) >= *p.num_tiles) return;
+        const int4 t = p.tiles[blockIdx.y];
+        tile = Tile{t.x, t.z, p.sorted_pairs + t.y};
+    }
+    const int slot = tile.slot;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const int ks = warp % KS, rg = warp / KS;
     const int in = PH == 0 ? p.H : p.I;
@@ -205,6 +292,19 @@ __global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams 
         }
         row[n] = Dec::row(p, PH, slot, rok[n] ? r : 0);
     }
+    // rows of this lane's accumulator columns (2tig, 2tig+1) per n-tile, for chunk scales
+    int crow[NT][2];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            if (PH == 0) {
+                const int j = min((ntile0 + n) * 4 + tig, p.I - 1);
+                crow[n][e] = e ? p.I + j : j;
+            } else {
+                crow[n][e] = min((ntile0 + n) * 8 + 2 * tig + e, p.H - 1);
+            }
+        }
 
     const __nv_bfloat16* arow[MT][2];
 #pragma unroll
@@ -213,8 +313,8 @@ __global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams 
         for (int h = 0; h < 2; ++h) {
             const int q = m * 16 + g + 8 * h;
             arow[m][h] = nullptr;
-            if (q < tile.z) {
-                const int pair = p.sorted_pairs[tile.y + q];
+            if (q < tile.count) {
+                const int pair = tile.pairs[q];
                 arow[m][h] = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
         }
@@ -227,70 +327,101 @@ __global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams 
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
 
-    typename Dec::Raw cur[NT], nxt[NT];
+    typename Dec::Raw ring[D][NT];
     auto fetch = [&](int c, typename Dec::Raw (&raw)[NT]) {
         const int u = c * 4 + tig;
 #pragma unroll
         for (int n = 0; n < NT; ++n) raw[n] = (rok[n] && u < nunits) ? Dec::load(row[n], u) : typename Dec::Raw{};
     };
-    if (ks < nchunks) fetch(ks, cur);
-    for (int c = ks; c < nchunks; c += KS) {
-        if (c + KS < nchunks) fetch(c + KS, nxt);  // next unit's bytes in flight while this one computes
-        const int u = c * 4 + tig;
-        const bool uok = u < nunits;
-        uint32_t w[NT][NR];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) Dec::decode(cur[n], w[n]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            uint32_t a[2][NR];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                uint32_t xr[NR];
-                if (arow[m][h] != nullptr && uok) {
-                    const uint4* src = reinterpret_cast<const uint4*>(arow[m][h] + int64_t(u) * V);
-#pragma unroll
-                    for (int i = 0; i < NR / 4; ++i) {
-                        const uint4 v = __ldg(src + i);
-                        xr[4 * i] = v.x, xr[4 * i + 1] = v.y, xr[4 * i + 2] = v.z, xr[4 * i + 3] = v.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < NR; ++i) xr[i] = 0u;
-                }
-                Dec::permute(xr, a[h]);
-            }
-#pragma unroll
-            for (int s = 0; s < V / 4; ++s)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-                    mma_bf16(acc[m][n], a[0][2 * s], a[1][2 * s], a[0][2 * s + 1], a[1][2 * s + 1], w[n][2 * s],
-                             w[n][2 * s + 1]);
-        }
-#pragma unroll
-        for (int n = 0; n < NT; ++n) cur[n] = nxt[n];
-    }
+    for (int d = 0; d < D; ++d) fetch(ks + d * KS, ring[d]);
 
-    if constexpr (KS > 1) {  // sum the K-split partials into warp ks == 0
-        __shared__ float red[RG][KS - 1][MT * NT * 4][32];
-        if (ks > 0) {
+    for (int c0 = ks; c0 < nchunks; c0 += D * KS) {
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            const int c = c0 + d * KS;
+            if (c >= nchunks) break;  // warp-uniform
+            typename Dec::Raw cur[NT];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) cur[n] = ring[d][n];
+            fetch(c + D * KS, ring[d]);  // D units stay in flight while this one computes
+            const int u = c * 4 + tig;
+            const bool uok = u < nunits;
+            uint32_t w[NT][NR];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) Dec::decode(cur[n], w[n]);
+            float part[MT][NT][4];  // this chunk's sums when the decoder scales per chunk
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) red[rg][ks - 1][(m * NT + n) * 4 + i][lane] = acc[m][n][i];
+                    for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                uint32_t a[2][NR];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (h == 1 && !HI) {
+#pragma unroll
+                        for (int i = 0; i < NR; ++i) a[1][i] = 0u;
+                        continue;
+                    }
+                    uint32_t xr[NR];
+                    if (arow[m][h] != nullptr && uok) {
+                        const uint4* src = reinterpret_cast<const uint4*>(arow[m][h] + int64_t(u) * V);
+#pragma unroll
+                        for (int i = 0; i < NR / 4; ++i) {
+                            const uint4 v = __ldg(src + i);
+                            xr[4 * i] = v.x, xr[4 * i + 1] = v.y, xr[4 * i + 2] = v.z, xr[4 * i + 3] = v.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < NR; ++i) xr[i] = 0u;
+                    }
+                    Dec::permute(xr, a[h]);
+                }
+#pragma unroll
+                for (int s = 0; s < V / 4; ++s)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+                        mma_bf16(CS ? part[m][n] : acc[m][n], a[0][2 * s], a[1][2 * s], a[0][2 * s + 1],
+                                 a[1][2 * s + 1], w[n][2 * s], w[n][2 * s + 1]);
+            }
+            if constexpr (CS) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const float s0 = Dec::chunk_scale(p, PH, slot, crow[n][0], c);
+                    const float s1 = Dec::chunk_scale(p, PH, slot, crow[n][1], c);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        acc[m][n][0] += part[m][n][0] * s0, acc[m][n][1] += part[m][n][1] * s1;
+                        acc[m][n][2] += part[m][n][2] * s0, acc[m][n][3] += part[m][n][3] * s1;
+                    }
+                }
+            }
+        }
+    }
+
+    if constexpr (DECODE) {  // sum the K-split partials into warp ks == 0 (prefill: KS = 1)
+        __shared__ float red[kMaxKSplit - 1][MT * NT * 4][32];
+        if (KS > 1 && ks > 0) {
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) red[ks - 1][(m * NT + n) * 4 + i][lane] = acc[m][n][i];
         }
         __syncthreads();
         if (ks > 0) return;
-#pragma unroll
         for (int k = 0; k < KS - 1; ++k)
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[m][n][i] += red[rg][k][(m * NT + n) * 4 + i][lane];
+                    for (int i = 0; i < 4; ++i) acc[m][n][i] += red[k][(m * NT + n) * 4 + i][lane];
     }
 
     // Epilogue. Accumulator (m, n, i): pair slot m*16 + g + 8*(i/2), column 2*tig + (i&1).
@@ -299,8 +430,8 @@ __global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int q = m * 16 + g + 8 * h;
-            if (q >= tile.z) continue;
-            const int pair = p.sorted_pairs[tile.y + q];
+            if (q >= tile.count) continue;
+            const int pair = tile.pairs[q];
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 if (PH == 0) {
@@ -331,35 +462,42 @@ __global__ void __launch_bounds__(32 * KS * RG) experts_proj(const KernelParams 
 
 // ---- launch ---------------------------------------------------------------------------------
 
-// Grouping of the step's pairs by expert (experts.cu): fills sorted_pairs, tiles, num_tiles, error.
+// Grouping of the step's pairs by expert for prefill (experts.cu): fills sorted_pairs, tiles,
+// num_tiles and the error word, and clears out.
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream);
 int max_tiles(int pairs, int tile_m, int num_experts);
 void check_launch(const char* what);  // throws CudaError on a launch error
 
-// Decode: tiles of 16 pairs, 8 warps split each 16-row band's inputs. Prefill: tiles of 64 pairs,
-// 4 warps each own 16 rows and reuse every decoded weight across the 64 pairs.
-constexpr int kDecodeMaxPairs = 128;
+// Warps splitting one row: enough 4-unit chunks per warp (about 6) to keep D units in flight.
+inline int k_split(int in, int vec) {
+    const int chunks = (in / vec + 3) / 4;
+    int ks = 1;
+    while (ks < kMaxKSplit && chunks / (2 * ks) >= 6) ks *= 2;
+    return ks;
+}
 
+// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
+// Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
+// reuse every decoded weight across the 64 pairs.
 template <class Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
     const int pairs = p.T * p.K;
-    const bool prefill = pairs > kDecodeMaxPairs;
-    const int tile_m = prefill ? 64 : 16;
-    launch_route(p, tile_m, stream);
-    const int tiles = max_tiles(pairs, tile_m, p.num_experts);
-    if (prefill) {
-        constexpr int MT = 4, NT = 2, KS = 1, RG = 4;
-        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<Dec, 0, MT, NT, KS, RG><<<g0, 32 * KS * RG, 0, stream>>>(p);
+    if (pairs <= kDecodeMaxPairs && p.T <= 8) {
+        constexpr int MT = 1, NT = 2, RG = 1;
+        const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, Dec::VEC);
+        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), pairs), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), pairs);
+        experts_proj<Dec, 0, MT, NT, RG, true><<<g0, 32 * ks0 * RG, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<Dec, 1, MT, NT, KS, RG><<<g1, 32 * KS * RG, 0, stream>>>(p);
+        experts_proj<Dec, 1, MT, NT, RG, true><<<g1, 32 * ks1 * RG, 0, stream>>>(p);
         check_launch("down kernel");
     } else {
-        constexpr int MT = 1, NT = 2, KS = 8, RG = 1;
+        constexpr int MT = 4, NT = 2, RG = 4;
+        launch_route(p, 16 * MT, stream);
+        const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
         dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<Dec, 0, MT, NT, KS, RG><<<g0, 32 * KS * RG, 0, stream>>>(p);
+        experts_proj<Dec, 0, MT, NT, RG, false><<<g0, 32 * RG, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<Dec, 1, MT, NT, KS, RG><<<g1, 32 * KS * RG, 0, stream>>>(p);
+        experts_proj<Dec, 1, MT, NT, RG, false><<<g1, 32 * RG, 0, stream>>>(p);
         check_launch("down kernel");
     }
 }

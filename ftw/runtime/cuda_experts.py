@@ -151,6 +151,12 @@ def check_routing(view: LayerView, topk_ids: torch.Tensor, where: str = "") -> N
     if bool(bad.any()):
         t, k = (int(v) for v in bad.nonzero()[0])
         raise FormatError(f"{where}topk_ids[{t}, {k}] = {int(ids[t, k])} is not an expert of this layer (0..{E - 1})")
+    if ids.shape[1] > 1:  # a token lists each expert once (the kernels group pairs by expert)
+        srt = ids.sort(dim=1).values
+        dup = (srt[:, 1:] == srt[:, :-1]).any(dim=1)
+        if bool(dup.any()):
+            t = int(dup.nonzero()[0])
+            raise FormatError(f"{where}token {t} lists an expert twice in topk_ids: {ids[t].tolist()}")
     slots = view.slot_of_expert.to(torch.int64)[ids]
     bad = (slots < 0) | (slots >= S)
     if bool(bad.any()):
