@@ -541,12 +541,14 @@ FTW_AVX2 inline __m256 dot32_i8(__m256i q, const float* x) {
 
 // 32 signed bytes in memory . x[0..32) -> 8 lanes: each 8 bytes widened straight from memory
 // (vpmovsxbd ymm, m64) rather than extracted from a loaded register
+FTW_AVX2 inline __m256 i8x8_mem(const int8_t* q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+}
+
 FTW_AVX2 inline __m256 dot32_mem(const int8_t* q, const float* x) {
-    const auto w = [q](int k) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * k))));
-    };
-    const __m256 a = _mm256_fmadd_ps(w(1), _mm256_loadu_ps(x + 8), _mm256_mul_ps(w(0), _mm256_loadu_ps(x)));
-    const __m256 b = _mm256_fmadd_ps(w(3), _mm256_loadu_ps(x + 24), _mm256_mul_ps(w(2), _mm256_loadu_ps(x + 16)));
+    const __m256 a = _mm256_fmadd_ps(i8x8_mem(q + 8), _mm256_loadu_ps(x + 8), _mm256_mul_ps(i8x8_mem(q), _mm256_loadu_ps(x)));
+    const __m256 b = _mm256_fmadd_ps(i8x8_mem(q + 24), _mm256_loadu_ps(x + 24),
+                                     _mm256_mul_ps(i8x8_mem(q + 16), _mm256_loadu_ps(x + 16)));
     return _mm256_add_ps(a, b);
 }
 
