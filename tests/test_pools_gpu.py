@@ -122,8 +122,12 @@ def test_cuda_batch_call_and_kernel_split_by_row_size():
     assert (pools.last_batch_calls, pools.last_kernel_calls) == (0, 1)
     pools.decode_step({0: [1, 2], 1: [1, 2]})  # all hits: nothing launched
     assert (pools.last_batch_calls, pools.last_kernel_calls) == (0, 0)
+    pools._p.set_timing(True)  # noqa: SLF001 (the bench's device timing of a batch)
+    pools.decode_step({0: [3], 1: [3]})
+    pools.sync()
+    assert 0 < pools._p.last_copy_ms < 1000  # noqa: SLF001
     torch.cuda.synchronize()
-    assert check_device(pools, banks) == 2 * 2 + 2 * 6
+    assert check_device(pools, banks) == 2 * (2 * 2 + 2 * 6)
 
 
 def test_cuda_capacity_smaller_than_a_step_is_refused_and_corrupts_nothing():

@@ -168,6 +168,8 @@ FTW_BINDINGS(pools) {
                      throw ftw::FormatError("pools: host banks must be in host memory");
                  s.set_host_bank(bank, layer, a.data(), static_cast<int64_t>(a.nbytes()));
              })
+        .def("set_timing", [](SlotPools& s, bool on) { s.backend().set_timing(on); })
+        .def_prop_ro("last_copy_ms", [](SlotPools& s) { return s.backend().last_copy_ms(); })
         .def("set_batch_min_row", [](SlotPools& s, int64_t bytes) { s.backend().set_batch_min_row(bytes); })
         .def("set_compute_stream", [](SlotPools& s, int64_t stream) { s.backend().set_compute_stream(stream); })
         .def("begin_step", &SlotPools::begin_step)

@@ -80,6 +80,7 @@ public:
         }
         for (auto& e : done_) cudaEventDestroy(e);
         cudaEventDestroy(ready_);
+        if (t0_) cudaEventDestroy(t0_), cudaEventDestroy(t1_);
         for (int c = 0; c < kChannels; ++c) cudaEventDestroy(copied_[c]), cudaEventDestroy(release_[c]);
         cudaStreamDestroy(copy_);
     }
@@ -122,11 +123,26 @@ public:
     }
 
     void set_batch_min_row(int64_t bytes) override { batch_min_row_ = bytes; }
+    void set_timing(bool on) override {
+        if (on && !t0_) {
+            check(cudaEventCreate(&t0_), "cudaEventCreate");
+            check(cudaEventCreate(&t1_), "cudaEventCreate");
+        }
+        timing_ = on;
+    }
+    double last_copy_ms() override {
+        if (!timed_) return -1.0;
+        float ms = 0;
+        check(cudaEventSynchronize(t1_), "cudaEventSynchronize");
+        check(cudaEventElapsedTime(&ms, t0_, t1_), "cudaEventElapsedTime");
+        return ms;
+    }
     void set_compute_stream(int64_t stream) override { compute_ = reinterpret_cast<cudaStream_t>(stream); }
 
     void submit(const CopyBatch& batch, int channel) override {
         check(cudaSetDevice(device_), "cudaSetDevice");
         last_batch_calls = last_kernel_calls = 0;
+        timed_ = false;
         if (batch.ops.empty()) return;
         if (channel == 0) {
             // after everything already queued on compute: the previous layer's kernel may
@@ -152,6 +168,7 @@ public:
             }
         }
         const int i = next_;
+        if (timing_) check(cudaEventRecord(t0_, copy_), "cudaEventRecord");
         if (!dsts.empty()) {
             cudaMemcpyAttributes attr{};
             attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
@@ -182,6 +199,8 @@ public:
             check(cudaGetLastError(), "copy kernel launch");
             ++last_kernel_calls;
         }
+        if (timing_) check(cudaEventRecord(t1_, copy_), "cudaEventRecord");
+        timed_ = timing_;
         check(cudaEventRecord(done_[i], copy_), "cudaEventRecord");
         check(cudaEventRecord(copied_[channel], copy_), "cudaEventRecord");
         copied_set_[channel] = true;
@@ -226,6 +245,8 @@ private:
 
     int device_;
     int64_t batch_min_row_ = kBatchCopyMinRow;
+    bool timing_ = false, timed_ = false;
+    cudaEvent_t t0_ = nullptr, t1_ = nullptr;  // around a batch's copies, when timing
     cudaStream_t copy_ = nullptr;
     cudaStream_t compute_ = nullptr;
     cudaEvent_t done_[2]{};

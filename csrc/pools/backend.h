@@ -60,6 +60,10 @@ public:
     // Rows of at least this many bytes take the copy engines, smaller ones the copy kernel
     // (CUDA only; the bench sets it to measure both mechanisms at every row size).
     virtual void set_batch_min_row(int64_t bytes) {}
+    // Device time of the last batch in ms, from its first copy to its last (CUDA, with timing
+    // switched on: two event records per batch, so off by default); -1 where not measured.
+    virtual void set_timing(bool on) {}
+    virtual double last_copy_ms() { return -1.0; }
     // What the last submit used, for tests and the bench: ops by mechanism.
     int64_t last_batch_calls = 0;   // cudaMemcpyBatchAsync calls (host: memcpy batches)
     int64_t last_kernel_calls = 0;  // copy-kernel launches
