@@ -28,9 +28,9 @@ import time
 
 import numpy as np
 
-from ftw.formats import LayerFormat  # noqa: E402
-from ftw.loader import ExpertBanks  # noqa: E402
-from ftw.runtime.pools import SlotPools, format_row_bytes  # noqa: E402
+from ftw.formats import LayerFormat
+from ftw.loader import ExpertBanks
+from ftw.runtime.pools import SlotPools, format_row_bytes
 
 NVFP4 = LayerFormat.of("nvfp4")
 BF16 = LayerFormat.of("bf16")
