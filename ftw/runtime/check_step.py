@@ -13,55 +13,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FtwError, UnsupportedError
-from ..formats import Activation
 
 # relative error ||out - ref|| / ||ref|| allowed per runtime: the CPU executor accumulates in
-# float32 from float32 hidden states; the CUDA kernels round activations to bf16 between gate
-# and down (documented per format in docs/RUNTIME.md)
+# float32 from float32 hidden states; the CUDA kernels round x and the activation to bf16
+# (ftw/runtime/cuda_experts.py says where)
 TOLERANCE = {"cpu": 1e-4, "cuda": 2e-2}
-TOKENS = (1, 3, 8, 33)  # decode sizes and one small prefill
-
-
-def moe_reference(weights: dict[int, dict[str, np.ndarray]], activation: Activation, hidden: np.ndarray,
-                  topk_ids: np.ndarray, topk_weights: np.ndarray) -> np.ndarray:
-    """float64 routed-expert output: sum_k w_k * (down @ act(gate @ x + bg, up @ x + bu) + bd)."""
-    x = hidden.astype(np.float64)
-    out = np.zeros_like(x)
-    for t in range(x.shape[0]):
-        for e, w in zip(topk_ids[t], topk_weights[t]):
-            p = weights[int(e)]
-            g, u = p["gate"] @ x[t], p["up"] @ x[t]
-            if "gate_bias" in p:
-                g, u = g + p["gate_bias"], u + p["up_bias"]
-            y = p["down"] @ activation.apply(g, u)
-            if "down_bias" in p:
-                y = y + p["down_bias"]
-            out[t] += float(w) * y
-    return out
-
-
-def _tokens(rng: np.random.Generator, T: int, H: int, E: int, k: int):
-    hidden = rng.standard_normal((T, H)).astype(np.float32)
-    ids = np.stack([rng.choice(E, size=min(k, E), replace=False) for _ in range(T)]).astype(np.int32)
-    w = rng.random(ids.shape).astype(np.float32) + 0.1
-    return hidden, ids, (w / w.sum(1, keepdims=True)).astype(np.float32)
-
-
-def _cpu_layers(ctx, layers: list[int]):
-    """(executor or None, reason) per layer, one executor per format group."""
-    from ..loader import load_expert_banks
-    from . import CpuMoeExecutor
-
-    banks = load_expert_banks(ctx.f.path, layers=layers, threads=ctx.threads)
-    out = {}
-    for fmt, group in banks.formats().items():
-        try:
-            part = banks.subset(group) if hasattr(banks, "subset") else banks
-            ex = CpuMoeExecutor(part)
-            out.update({layer: (ex, "") for layer in group})
-        except UnsupportedError as e:
-            out.update({layer: (None, str(e)) for layer in group})
-    return out
+STEPS = 6  # random forwards per layer, T in [1, MAX_TOKENS]: decode sizes and small prefill
+MAX_TOKENS = 33
 
 
 def runtime_step(runtime: str) -> Callable:
@@ -74,14 +32,41 @@ def runtime_step(runtime: str) -> Callable:
     return cpu_step
 
 
+def source_weights(lb) -> dict[int, dict[str, np.ndarray]]:
+    """Every expert's float64 weights from the source's own tensors (the reader's banks only
+    for a layout without an independent reference)."""
+    E = next(iter(lb.banks.values())).num_experts
+    with np.errstate(all="ignore"):
+        return {e: lb.reference_expert(e) if lb.reference is not None else lb.decode_expert(e) for e in range(E)}
+
+
+def _cpu_executors(ctx, layers: list[int]) -> dict[int, tuple[object, str]]:
+    """(executor or None, why not) per layer: one load and one executor per format, so a
+    format the executor cannot run leaves the others running."""
+    from ..loader import load_expert_banks
+    from . import CpuMoeExecutor
+
+    by_format: dict = {}
+    for layer in layers:
+        by_format.setdefault(ctx.f.layer_formats[layer], []).append(layer)
+    out = {}
+    for group in by_format.values():
+        try:
+            ex = CpuMoeExecutor(load_expert_banks(ctx.f, layers=group, threads=ctx.threads))
+            out.update({layer: (ex, "") for layer in group})
+        except UnsupportedError as e:
+            out.update({layer: (None, str(e)) for layer in group})
+    return out
+
+
 def cpu_step(ctx) -> None:
+    from .roundtrip import roundtrip_cpu
+
     rng = np.random.default_rng(ctx.seed)
     model = ctx.reader.model
-    layers = [layer for layer, _ in ctx.common_layers() if ctx.report.layers[layer].ok]
-    if not layers:
-        return
-    executors = _cpu_layers(ctx, layers)
     plan = dict(ctx.common_layers())
+    layers = [layer for layer in plan if ctx.report.layers[layer].ok]
+    executors = _cpu_executors(ctx, layers) if layers else {}
     for layer in layers:
         r = ctx.report.layers[layer]
         ex, reason = executors[layer]
@@ -89,20 +74,10 @@ def cpu_step(ctx) -> None:
             r.runtime = {"runtime": "cpu", "run": False, "reason": reason}
             (r.problems if ctx.report.strict else r.notes).append(f"not run on cpu: {reason}")
             continue
-        lb = plan[layer]
-        E = next(iter(lb.banks.values())).num_experts
-        H = model.hidden_size
-        weights = {e: lb.reference_expert(e) if lb.reference is not None else lb.decode_expert(e) for e in range(E)}
-        worst, tokens = 0.0, 0
-        for T in TOKENS:
-            hidden, ids, w = _tokens(rng, T, H, E, model.top_k)
-            got = np.asarray(ex.forward(layer, hidden, ids, w), dtype=np.float64)
-            ref = moe_reference(weights, model.activation, hidden, ids, w)
-            denom = float(np.linalg.norm(ref)) or 1.0
-            worst = max(worst, float(np.linalg.norm(got - ref)) / denom)
-            tokens += T
-        r.runtime = {"runtime": "cpu", "run": True, "tokens": tokens, "max_rel_err": worst,
+        got = roundtrip_cpu(ex, layer, source_weights(plan[layer]), model.activation, rng, steps=STEPS,
+                            max_tokens=MAX_TOKENS, top_k=model.top_k)
+        r.runtime = {"runtime": "cpu", "run": True, "tokens": got["tokens"], "max_rel_err": got["max_rel_err"],
                      "tolerance": TOLERANCE["cpu"]}
-        if not worst <= TOLERANCE["cpu"]:
-            r.problems.append(f"cpu executor: relative error {worst:.3g} > {TOLERANCE['cpu']:g} "
+        if not got["max_rel_err"] <= TOLERANCE["cpu"]:
+            r.problems.append(f"cpu executor: relative error {got['max_rel_err']:.3g} > {TOLERANCE['cpu']:g} "
                               f"against the float64 MoE from the source")
