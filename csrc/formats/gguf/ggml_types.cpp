@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/numerics.h"
 #include "ggml_tables.h"  // generated into the build tree by gen_tables.py
 
 // to_float must round every product like ggml does, so a compiler must not fuse a*b+c into an
@@ -51,29 +52,13 @@ inline uint32_t rd32(const uint8_t* p) {
     return v;
 }
 
-inline float bits_to_float(uint32_t b) {
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
+using num::bits_to_f32;
 
-// IEEE half -> float, exact (NaN payloads kept, as numpy's astype(float32) keeps them)
-inline float half(uint16_t h) {
-    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
-        const float f = float(man) * 5.9604644775390625e-08f;
-        return sign ? -f : f;
-    }
-    if (exp == 31) return bits_to_float(sign | 0x7f800000u | (man << 13));
-    return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-inline float half_at(const uint8_t* p) { return half(rd16(p)); }
+inline float half_at(const uint8_t* p) { return num::f16_to_f32(rd16(p)); }
 
 // ggml_e8m0_to_fp32_half: 2^(e-127) / 2 (MXFP4's values are stored doubled)
 inline float e8m0_half(uint8_t e) {
-    return bits_to_float(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23);
+    return bits_to_f32(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23);
 }
 
 // +1 or -1 from bit j, without a branch (the bits are random: a branch mispredicts half the time)
@@ -106,7 +91,7 @@ struct F16 {
 
 struct BF16 {
     static constexpr tb::Size size = tb::size::BF16;
-    static void block(const uint8_t* b, float* y) { y[0] = bits_to_float(uint32_t(rd16(b)) << 16); }
+    static void block(const uint8_t* b, float* y) { y[0] = num::bf16_to_f32(rd16(b)); }
 };
 
 // d:f16 | qs:int8[32]
@@ -593,8 +578,8 @@ FTW_AVX2 inline __m256 load8_bf16(const uint8_t* p) {
     const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
-inline float one_f32(const uint8_t* p) { return bits_to_float(rd32(p)); }
-inline float one_bf16(const uint8_t* p) { return bits_to_float(uint32_t(rd16(p)) << 16); }
+inline float one_f32(const uint8_t* p) { return bits_to_f32(rd32(p)); }
+inline float one_bf16(const uint8_t* p) { return num::bf16_to_f32(rd16(p)); }
 
 FTW_AVX2 float dot_f32_avx2(const uint8_t* r, const float* x, int64_t n) {
     return dot_float_avx2<4, load8_f32, one_f32>(r, x, n);
