@@ -163,13 +163,12 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
     return g / (1.0f + expf(-g)) * u;  // silu(gate) * up
 }
 
-// ---- the kernel -----------------------------------------------------------------------------
+// ---- the kernels ----------------------------------------------------------------------------
 //
-// Template: Dec = the format's decoder; PH = 0 (gate_up + activation) or 1 (down + weighted sum);
-// MT = 16-pair m-tiles per block; NT = 8-row n-tiles per warp; RG = warp rows per block;
-// DECODE = the block finds its expert itself from topk_ids (no routing kernel, T <= 8, T*K <= 128),
-// else it reads a tile made by the routing kernel. blockDim.x = 32 * KS * RG: KS warps split the
-// input dimension (chosen at launch from the row length) and are reduced through shared memory.
+// Two kernels share the decoders: experts_decode (T <= 8, T*K <= 128: each block finds its expert
+// itself from topk_ids, no routing kernel, K-split across warps) and experts_proj (prefill: tiles
+// of 64 pairs of one expert made by the routing kernel). Template: Dec = the format's decoder;
+// PH = 0 (gate_up + activation) or 1 (down + weighted sum); NT, MT, RG = tiles per warp / block.
 //
 // Decoder contract (see csrc/formats/*/cuda.cu):
 //   VEC                          values per 16 stored weight bytes
@@ -180,7 +179,7 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
 //   post(p, proj, slot, r)       factor applied to row r's dot product (2^62 * global scale)
 //   kChunkScale, chunk_scale(p, proj, slot, r, c)   optional: a float32 scale per row and
 //                                64-value chunk, applied to each chunk's partial sums (fp8_block)
-constexpr int kDecodeMaxPairs = 128;  // T * K at most, for the DECODE path
+constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
 struct Tile {
@@ -188,7 +187,7 @@ struct Tile {
     const int32_t* pairs;  // `count` pair ids (t * K + k)
 };
 
-// DECODE: block y serves the y-th distinct expert of the step (in order of first appearance);
+// experts_decode: block y serves the y-th distinct expert of the step (in order of first appearance);
 // every block of both phases derives the same list, so no routing kernel or table is needed.
 // Returns count 0 when there is no y-th expert or it is not resident (skipped; the error word is
 // written by block (0, 0) of phase 0).
@@ -243,35 +242,179 @@ struct HasChunkScale {
     static constexpr bool value = test<Dec>(nullptr);
 };
 
-template <class Dec, int PH, int MT, int NT, int RG, bool DECODE>
-__global__ void __launch_bounds__(DECODE ? kMaxKSplit * 32 : 32 * RG, DECODE ? 2 : 3) experts_proj(const KernelParams p) {
+// Decode (T <= 8): the weights are the M side of the mma (16 rows: lane group g reads rows g and
+// g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
+// 16 rows; KS warps split the input dimension; each lane keeps D units of weights and x in flight.
+// PH 0 tiles pair gate row j (row g) with up row j (row g + 8), so a lane holds both for its j.
+template <class Dec, int PH, int NT>
+__global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const KernelParams p) {
+    constexpr int V = Dec::VEC;
+    constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
+    constexpr int NX = NR / 4;  // 16-byte loads of x per unit
+    constexpr int D = V == 16 ? 3 : 2;  // units in flight: what fits in 128 registers
+    constexpr bool CS = HasChunkScale<Dec>::value;
+    const int KS = blockDim.x / 32;
+
+    __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_pairs[8], s_meta[3];
+    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+        for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+            p.out[i] = 0.f;
+    }
+    const Tile tile = decode_tile<PH>(p, s_ids, s_first, s_pairs, s_meta);
+    if (tile.count == 0) return;
+    const int slot = tile.slot;
+    const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int in = PH == 0 ? p.H : p.I;
+    const int nunits = in / V;
+    const int nchunks = (nunits + 3) >> 2;
+
+    typename Dec::Row row[NT][2];
+    bool rok[NT][2];
+    int rix[NT][2];  // the rows, clamped in range (for scales of rows past the end)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int r;
+            if (PH == 0) {
+                const int j = (blockIdx.x * NT + n) * 8 + g;
+                rok[n][h] = j < p.I;
+                r = h ? p.I + j : j;
+            } else {
+                r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                rok[n][h] = r < p.H;
+            }
+            rix[n][h] = rok[n][h] ? r : 0;
+            row[n][h] = Dec::row(p, PH, slot, rix[n][h]);
+        }
+    const __nv_bfloat16* xrow = nullptr;
+    if (g < tile.count) {
+        const int pair = tile.pairs[g];
+        xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+    }
+
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+
+    struct Stage {
+        typename Dec::Raw w[NT][2];
+        uint4 x[NX];
+    };
+    Stage ring[D];
+    auto fetch = [&](int c, Stage& st) {
+        const int u = c * 4 + tig;
+        const bool uok = u < nunits;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                st.w[n][h] = (rok[n][h] && uok) ? Dec::load(row[n][h], u) : typename Dec::Raw{};
+        const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(u) * V);
+#pragma unroll
+        for (int i = 0; i < NX; ++i) st.x[i] = (xrow != nullptr && uok) ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+    };
+#pragma unroll
+    for (int d = 0; d < D; ++d) fetch(ks + d * KS, ring[d]);
+
+    for (int c0 = ks; c0 < nchunks; c0 += D * KS) {
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            const int c = c0 + d * KS;
+            if (c >= nchunks) break;  // warp-uniform
+            const Stage cur = ring[d];
+            fetch(c + D * KS, ring[d]);  // D units stay in flight while this one computes
+            uint32_t xr[NR], xa[NR];
+#pragma unroll
+            for (int i = 0; i < NX; ++i)
+                xr[4 * i] = cur.x[i].x, xr[4 * i + 1] = cur.x[i].y, xr[4 * i + 2] = cur.x[i].z, xr[4 * i + 3] = cur.x[i].w;
+            Dec::permute(xr, xa);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                uint32_t wa[NR], wb[NR];
+                Dec::decode(cur.w[n][0], wa);
+                Dec::decode(cur.w[n][1], wb);
+                float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int s = 0; s < V / 4; ++s)
+                    mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                             xa[2 * s + 1]);
+                if constexpr (CS) {
+                    const float s0 = Dec::chunk_scale(p, PH, slot, rix[n][0], c);
+                    const float s1 = Dec::chunk_scale(p, PH, slot, rix[n][1], c);
+                    acc[n][0] += part[0] * s0, acc[n][1] += part[1] * s0;
+                    acc[n][2] += part[2] * s1, acc[n][3] += part[3] * s1;
+                }
+            }
+        }
+    }
+
+    __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // sum the K-split partials into warp 0
+    if (KS > 1 && ks > 0) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) red[ks - 1][n * 4 + i][lane] = acc[n][i];
+    }
+    __syncthreads();
+    if (ks > 0) return;
+    for (int k = 0; k < KS - 1; ++k)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[n][i] += red[k][n * 4 + i][lane];
+
+    // Epilogue. Accumulator (n, i): row g + 8*(i/2) of tile n, pair slot 2*tig + (i&1).
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int q = 2 * tig + e;
+        if (q >= tile.count) continue;
+        const int pair = tile.pairs[q];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            if (PH == 0) {
+                const int j = (blockIdx.x * NT + n) * 8 + g;
+                if (j >= p.I) continue;
+                float gate = acc[n][e] * Dec::post(p, 0, slot, j);
+                float up = acc[n][2 + e] * Dec::post(p, 0, slot, p.I + j);
+                if (p.gu_bias_bank >= 0) {
+                    gate += bias_at(p, p.gu_bias_bank, slot, j);
+                    up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
+                }
+                p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+            } else {
+                const float wt = p.topk_weights[pair];
+                float* dst = p.out + int64_t(pair / p.K) * p.H;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                    if (r >= p.H) continue;
+                    float v = acc[n][2 * h + e] * Dec::post(p, 1, slot, r);
+                    if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
+                    atomicAdd(dst + r, wt * v);
+                }
+            }
+        }
+    }
+}
+
+template <class Dec, int PH, int MT, int NT, int RG>
+__global__ void __launch_bounds__(32 * RG, 3) experts_proj(const KernelParams p) {  // 3 blocks/SM: measured faster than unbounded
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;   // bf16x2 registers per 16-byte unit
-    // weight units in flight per lane and n-tile (fp4 decoders need the registers elsewhere)
-    constexpr int D = (DECODE && V < 32) ? 3 : 2;
-    constexpr bool HI = !DECODE;  // A rows g + 8: decode tiles hold at most 8 pairs (T <= 8)
+    constexpr int D = 2;  // weight units in flight per lane and n-tile
     constexpr bool CS = HasChunkScale<Dec>::value;
-    const int KS = blockDim.x / (32 * RG);
+    constexpr int KS = 1;
 
-    Tile tile;
-    if constexpr (DECODE) {
-        __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_pairs[8], s_meta[3];
-        if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
-            const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
-            for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-                 i += stride)
-                p.out[i] = 0.f;
-        }
-        tile = decode_tile<PH>(p, s_ids, s_first, s_pairs, s_meta);
-        if (tile.count == 0) return;
-    } else {
-        if (int(blockIdx.y) >= *p.num_tiles) return;
-        const int4 t = p.tiles[blockIdx.y];
-        tile = Tile{t.x, t.z, p.sorted_pairs + t.y};
-    }
+    if (int(blockIdx.y) >= *p.num_tiles) return;
+    const int4 t4 = p.tiles[blockIdx.y];
+    const Tile tile{t4.x, t4.z, p.sorted_pairs + t4.y};
     const int slot = tile.slot;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const int ks = warp % KS, rg = warp / KS;
+    const int ks = 0, rg = warp;
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
     const int nchunks = (nunits + 3) >> 2;
@@ -362,11 +505,6 @@ __global__ void __launch_bounds__(DECODE ? kMaxKSplit * 32 : 32 * RG, DECODE ? 2
                 uint32_t a[2][NR];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if (h == 1 && !HI) {
-#pragma unroll
-                        for (int i = 0; i < NR; ++i) a[1][i] = 0u;
-                        continue;
-                    }
                     uint32_t xr[NR];
                     if (arow[m][h] != nullptr && uok) {
                         const uint4* src = reinterpret_cast<const uint4*>(arow[m][h] + int64_t(u) * V);
@@ -401,27 +539,6 @@ __global__ void __launch_bounds__(DECODE ? kMaxKSplit * 32 : 32 * RG, DECODE ? 2
                 }
             }
         }
-    }
-
-    if constexpr (DECODE) {  // sum the K-split partials into warp ks == 0 (prefill: KS = 1)
-        __shared__ float red[kMaxKSplit - 1][MT * NT * 4][32];
-        if (KS > 1 && ks > 0) {
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) red[ks - 1][(m * NT + n) * 4 + i][lane] = acc[m][n][i];
-        }
-        __syncthreads();
-        if (ks > 0) return;
-        for (int k = 0; k < KS - 1; ++k)
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[m][n][i] += red[k][(m * NT + n) * 4 + i][lane];
     }
 
     // Epilogue. Accumulator (m, n, i): pair slot m*16 + g + 8*(i/2), column 2*tig + (i&1).
@@ -483,21 +600,21 @@ template <class Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
     const int pairs = p.T * p.K;
     if (pairs <= kDecodeMaxPairs && p.T <= 8) {
-        constexpr int MT = 1, NT = 2, RG = 1;
+        constexpr int NT = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
         const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, Dec::VEC);
-        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), pairs), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), pairs);
-        experts_proj<Dec, 0, MT, NT, RG, true><<<g0, 32 * ks0 * RG, 0, stream>>>(p);
+        dim3 g0((p.I + NT * 8 - 1) / (NT * 8), pairs), g1((p.H + NT * 16 - 1) / (NT * 16), pairs);
+        experts_decode<Dec, 0, NT><<<g0, 32 * ks0, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<Dec, 1, MT, NT, RG, true><<<g1, 32 * ks1 * RG, 0, stream>>>(p);
+        experts_decode<Dec, 1, NT><<<g1, 32 * ks1, 0, stream>>>(p);
         check_launch("down kernel");
     } else {
         constexpr int MT = 4, NT = 2, RG = 4;
         launch_route(p, 16 * MT, stream);
         const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
         dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<Dec, 0, MT, NT, RG, false><<<g0, 32 * RG, 0, stream>>>(p);
+        experts_proj<Dec, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<Dec, 1, MT, NT, RG, false><<<g1, 32 * RG, 0, stream>>>(p);
+        experts_proj<Dec, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
         check_launch("down kernel");
     }
 }
