@@ -97,6 +97,29 @@ def lit(x) -> str:
     return escape(str(x))
 
 
+RICH_TABLE_ROWS = 2000  # rich lays a table out at ~0.5 ms a row: past this, plain columns
+
+
+def print_table(title: str, columns: tuple[str, ...], right: tuple[str, ...], rows: list[list[str]],
+                no_wrap: bool = False) -> None:
+    """A table of user text (printed literally). Large ones (a 65,536-layer index) are plain
+    aligned columns written in one pass: linear, ~1 us a row, where rich takes minutes."""
+    if len(rows) <= RICH_TABLE_ROWS:
+        t = Table(title=title, title_justify="left")
+        for c in columns:
+            t.add_column(c, justify="right" if c in right else "left", no_wrap=no_wrap)
+        for r in rows:
+            t.add_row(*(lit(one_line(c)) for c in r))
+        out.print(t)
+        return
+    cells = [[one_line(c) for c in r] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    fmt = "  ".join(f"{{:{'>' if c in right else '<'}{w}}}" for c, w in zip(columns, widths))
+    lines = [title, fmt.format(*columns), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r) for r in cells]
+    out.file.write("\n".join(lines) + "\n")
+
+
 def render_summary(s: dict) -> None:
     m = s["model"] or {}
     prov = s["provenance"]
@@ -110,25 +133,20 @@ def render_summary(s: dict) -> None:
             f"E={m['num_experts']} top_k={m['top_k']} layers={m['num_layers']} "
             f"MoE layers={format_layers(m['moe_layers'])} activation={lit(m['activation'])}"
         )
-    t = Table(title="Layer formats", title_justify="left")
-    for c in ("format", "options", "layers", "count", "expert bytes"):
-        t.add_column(c, justify="right" if c in ("count", "expert bytes") else "left")
-    for f in s["formats"]:
-        t.add_row(lit(f["name"]), lit(json.dumps(f["options"])) if f["options"] else "", format_layers(f["layers"]),
-                  str(len(f["layers"])), human(f["raw_nbytes"]))
-    out.print(t)
-    t = Table(title="Banks", title_justify="left")
-    for c in ("layer", "format", "bank", "dtype", "shape", "per expert", "total", "codec", "ratio"):
-        t.add_column(c, justify="right" if c in ("per expert", "total", "ratio", "layer") else "left", no_wrap=True)
-    for row in s["layers"]:
-        for i, b in enumerate(row["banks"]):
-            t.add_row(
-                str(row["layer"]) if i == 0 else "", lit(row["format_key"]) if i == 0 else "", lit(b["name"]), b["dtype"],
-                "x".join(map(str, b["shape"])), human(b["bytes_per_expert"]), human(b["stored_nbytes"]),
-                b["codec"], f"{b['ratio']:.2f}",
-            )
-        t.add_section()
-    out.print(t)
+    print_table("Layer formats", ("format", "options", "layers", "count", "expert bytes"), ("count", "expert bytes"), [
+        [f["name"], json.dumps(f["options"]) if f["options"] else "", format_layers(f["layers"]),
+         str(len(f["layers"])), human(f["raw_nbytes"])]
+        for f in s["formats"]
+    ])
+    print_table(
+        "Banks", ("layer", "format", "bank", "dtype", "shape", "per expert", "total", "codec", "ratio"),
+        ("per expert", "total", "ratio", "layer"),
+        [[str(row["layer"]) if i == 0 else "", row["format_key"] if i == 0 else "", b["name"], b["dtype"],
+          "x".join(map(str, b["shape"])), human(b["bytes_per_expert"]), human(b["stored_nbytes"]),
+          b["codec"], f"{b['ratio']:.2f}"]
+         for row in s["layers"] for i, b in enumerate(row["banks"])],
+        no_wrap=True,
+    )
     tot = s["totals"]
     out.print(
         f"{tot['moe_layers']} MoE layers, experts {human(tot['expert_stored_nbytes'])} stored "

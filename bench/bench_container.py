@@ -344,6 +344,130 @@ def bench_zstd(level: int) -> dict:
     return out
 
 
+def build_compressed(path: str, size: int, pool: Pool, level: int) -> int:
+    """bf16 layers only, written with zstd (byte-plane split): every row a frame to prove."""
+    E = E_BIG if size > (1 << 30) else E_SMALL
+    n = max(1, size // layer_banks(Pool(np.random.default_rng(0), 1 << 20), 0, "bf16", E).nbytes)
+    with FtwWriter(path, force=True, compress_level=level) as w:
+        w.set_model(ModelShape("bench", H, I, E, 8, n, list(range(n))))
+        for layer in range(n):
+            w.add_layer(layer_banks(pool, layer, "bf16", E))
+    return n
+
+
+def bench_verify_compressed(path: str) -> dict:
+    """verify of a compressed file (checksums, then every frame decoded on the same threads)
+    against the floor under it: the same frames decoded by zstd alone on as many threads,
+    into reused buffers, in the same run. Warm page cache, best of 2."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import zstandard
+
+    cores = os.cpu_count() or 1
+    with ftw.open(path) as f:
+        f.verify()  # warm the page cache
+        banks = [b for bs in f.layers.values() for b in bs.values() if b.row_table is not None]
+        raw = sum(b.raw_nbytes for b in banks)
+        stored = sum(b.blob.nbytes for b in banks)
+        frames = [bytes(f.row_frame(b, e)) for b in banks for e in range(b.num_experts)]
+        row = max(b.row_nbytes for b in banks)
+    out = {"raw_bytes": raw, "stored_bytes": stored, "frames": len(frames)}
+    for threads in sorted({1, cores}):
+        def decode(part: list[bytes]) -> None:
+            buf = memoryview(bytearray(row))
+            for fr in part:
+                with zstandard.ZstdDecompressor().stream_reader(fr) as r:
+                    r.readinto(buf)
+
+        parts = [frames[i::threads] for i in range(threads)]
+        floor = verify = float("inf")
+        for _ in range(2):
+            with ThreadPoolExecutor(threads) as pool:
+                t = time.perf_counter()
+                list(pool.map(decode, parts))
+                floor = min(floor, time.perf_counter() - t)
+            with ftw.open(path) as f:
+                t = time.perf_counter()
+                f.verify(threads=threads)
+                verify = min(verify, time.perf_counter() - t)
+        out[f"verify_raw_GBps_{threads}t"] = raw / verify / GB
+        out[f"decode_only_raw_GBps_{threads}t"] = raw / floor / GB
+        out[f"verify_over_decode_only_{threads}t"] = floor / verify
+    return out
+
+
+def bench_inspect(counts=(4096, 16384, 65536), refused: int = 300_000) -> dict:
+    """`ftw inspect` (open, summary, the printed tables) on indexes of N layers of two empty
+    banks, each layer its own format (the worst case for grouping by format), against
+    json.loads of the same index bytes; and the time to refuse a 300,000-layer index."""
+    from contextlib import redirect_stdout
+
+    from click.testing import CliRunner
+
+    from ftw.cli import cli
+
+    out: dict = {}
+
+    def write(path: str, n: int, banks=("gate_up", "down")) -> bytes:
+        layers = {str(i): {"banks": {b: {"dtype": "u8", "shape": [8, 0], "codec": "raw", "offset": 4096,
+                                          "nbytes": 0, "xxh3": xxhash.xxh3_64_hexdigest(b"")}
+                                      for b in banks}} for i in range(n)}
+        index = json.dumps({"model": None, "layers": layers, "tensors": {}, "attachments": {},
+                            "layer_quant_formats": {k: {"name": "bench", "options": {"i": int(k)}} for k in layers},
+                            "provenance": {}}).encode()
+        from ftw import spec
+
+        body = spec.PREAMBLE.pack(spec.PREAMBLE_MAGIC, spec.MAJOR, spec.MINOR) + bytes(4096 - 64)
+        foot = spec.FOOTER.pack(spec.FOOTER_MAGIC, spec.MAJOR, spec.MINOR, 0, 4096, len(index),
+                                xxhash.xxh3_64_intdigest(index), 0)[:-8]
+        with open(path, "wb") as fh:
+            fh.write(body + index + foot + xxhash.xxh3_64_intdigest(foot).to_bytes(8, "little"))
+        return index
+
+    path = os.path.join(DATA, "wide.ftw")
+    for n in counts:
+        index = write(path, n)
+        t = time.perf_counter()
+        json.loads(index)
+        parse = time.perf_counter() - t
+        t = time.perf_counter()
+        with open(os.devnull, "w") as null, redirect_stdout(null):
+            res = CliRunner().invoke(cli, ["inspect", path])
+        secs = time.perf_counter() - t
+        assert res.exit_code == 0, res.output
+        out[str(n)] = {"index_MiB": len(index) / 2**20, "inspect_s": secs, "json_loads_s": parse,
+                       "us_per_layer": secs / n * 1e6, "inspect_over_json_loads": secs / parse}
+    index = write(path, refused, banks=())  # ~40 MiB: under the index cap, over the layer limit
+    t = time.perf_counter()
+    res = CliRunner().invoke(cli, ["inspect", path])
+    out["refused"] = {"layers": refused, "index_MiB": len(index) / 2**20, "seconds": time.perf_counter() - t,
+                      "exit_code": res.exit_code}
+    os.unlink(path)
+    return out
+
+
+def main_robust(args) -> None:
+    """--only compressed-verify,inspect: the figures of issue 9 (sections 4 and 5)."""
+    os.makedirs(DATA, exist_ok=True)
+    results: dict = {"cores": os.cpu_count()}
+    try:
+        if "compressed-verify" in args.only:
+            pool = Pool(np.random.default_rng(0))
+            raw = os.path.join(DATA, "raw.ftw")
+            build(raw, int(args.size_gib * (1 << 30)), pool)
+            results["verify_raw"] = bench_verify(raw)
+            os.unlink(raw)
+            z = os.path.join(DATA, "zstd.ftw")
+            build_compressed(z, int(args.size_gib * (1 << 30)), pool, args.level)
+            results["verify_compressed"] = bench_verify_compressed(z)
+        if "inspect" in args.only:
+            results["inspect"] = bench_inspect()
+    finally:
+        if not args.keep:
+            shutil.rmtree(DATA, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-gib", type=float, default=4.0)
@@ -351,7 +475,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--level", type=int, default=3, help="zstd level for the codec figures")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved write/cp/plain rounds")
+    ap.add_argument("--only", help="compressed-verify and/or inspect (comma-separated): just those figures, as JSON")
     args = ap.parse_args()
+    if args.only:
+        return main_robust(args)
 
     os.makedirs(DATA, exist_ok=True)
     big, small = os.path.join(DATA, "big.ftw"), os.path.join(DATA, "small.ftw")

@@ -45,9 +45,12 @@ def summarize(f: FtwFile, layers: list[int] | None = None) -> dict:
             "raw_nbytes": sum(b["raw_nbytes"] for b in banks),
             "stored_nbytes": sum(b["stored_nbytes"] for b in banks),
         })
+    raw_by_format: dict[str, int] = defaultdict(int)  # one pass: inspect stays linear in the index
+    for r in layer_rows:
+        raw_by_format[r["format_key"]] += r["raw_nbytes"]
     formats = [
         {"format": key, "name": f.layer_formats[ls[0]].name, "options": f.layer_formats[ls[0]].options,
-         "layers": ls, "raw_nbytes": sum(r["raw_nbytes"] for r in layer_rows if r["format_key"] == key)}
+         "layers": ls, "raw_nbytes": raw_by_format[key]}
         for key, ls in by_format.items()
     ]
     tensors = [
