@@ -372,31 +372,45 @@ def fail(message: str) -> None:
     err.print(f"[red]error:[/] {escape(one_line(message))}", highlight=False, soft_wrap=True)
 
 
-def main() -> None:
+def run() -> int:
+    """The command's exit status; every failure reported on one line of stderr."""
     try:
         rc = cli.main(standalone_mode=False)
     except FtwError as e:
         fail(str(e))
-        sys.exit(1)
+        return 1
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback
-        from ftw.writers.atomic import committed
-
-        done = committed()
-        if done:
-            err.print(f"[red]interrupted[/] after {lit(one_line(', '.join(done)))} was written in full "
-                      f"(committed before the interrupt)", highlight=False, soft_wrap=True)
-        else:
-            err.print("[red]interrupted[/]: nothing was written")
-        sys.exit(130)
+        return e.exit_code
+    except click.exceptions.Abort:
+        return interrupted()
     except OSError as e:
         where = ": ".join(str(x) for x in (e.filename, e.filename2) if x is not None) or "(no file named)"
         fail(f"{where}: {e.strerror or e}")
-        sys.exit(1)
-    sys.exit(rc if isinstance(rc, int) else 0)
+        return 1
+    return rc if isinstance(rc, int) else 0
+
+
+def interrupted() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback
+    from ftw.writers.atomic import committed
+
+    done = committed()  # what the file system says, whenever the interrupt landed
+    if done:
+        err.print(f"[red]interrupted[/] after {lit(one_line(', '.join(done)))} was written in full "
+                  f"(committed before the interrupt)", highlight=False, soft_wrap=True)
+    else:
+        err.print("[red]interrupted[/]: nothing was written")
+    return 130
+
+
+def main() -> None:
+    try:
+        code = run()
+    except KeyboardInterrupt:  # during the command, or while its error was being reported
+        code = interrupted()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command is over: a late Ctrl-C changes nothing
+    sys.exit(code)
 
 
 if __name__ == "__main__":
