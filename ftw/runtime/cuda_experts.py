@@ -6,14 +6,18 @@ stores them, in the layer's own format, and compute for every (token, k) pair of
     out[t] = sum_k topk_weights[t, k] * (down_e @ act(gate_e @ x_t + gb_e, up_e @ x_t + ub_e) + db_e)
 
 with e = topk_ids[t, k], whose rows are found through a device-side slot table
-(``slot_of_expert[e]`` = the pool slot holding expert e, -1 when not resident). A layer-step is
-four enqueued operations (clear out, route, gate_up, down) for all routed experts together,
-with no host synchronisation when ``check=False``, so a decode step can be captured in a CUDA
-graph.
+(``slot_of_expert[e]`` = the pool slot holding expert e, -1 when not resident). All routed
+experts of a layer-step go through the same launches, with no host synchronisation when
+``check=False``, so a decode step can be captured in a CUDA graph.
 
-Numerics: x is rounded to bf16; weights are decoded exactly to bf16 (bf16, nvfp4, mxfp4,
-ds_fp4, mxfp8; fp8_block rounds e4m3 * scale once to bf16); products accumulate in float32 on
-the tensor cores; the activation between gate_up and down is rounded to bf16; out is float32.
+Numerics: x is rounded to bf16; weights are decoded exactly to bf16 (nvfp4's float32 global
+multiplies each row's sum, fp8_block's float32 block scale each 64-value chunk's partial sum);
+products accumulate in float32 on the tensor cores; the activation between gate_up and down is
+rounded to bf16; out is float32. Measured error against float64: 0.85e-3 to 1.7e-3 relative.
+
+Launches per layer-step: decode (T <= 8, T * top_k <= 128) two kernels, each block finding its
+expert from topk_ids itself; prefill a routing kernel (pairs grouped by expert into tiles of
+64), a clear of out, and the same two phases.
 
 This module imports torch (tensors are the GPU buffers); ``ftw.runtime`` itself does not.
 """
