@@ -147,6 +147,18 @@ def test_matmul_several_tokens(name):
 SIMD_CAP = os.environ.get("FTW_GGML_SIMD", "")
 
 
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K"])
+def test_long_rows_one_token(name):
+    """dot_rows keeps the sums of x on the heap past 16384 values (DeepSeek-sized rows)."""
+    rng, seed = _rng()
+    n = 256 * 72
+    raw = np.ascontiguousarray(ggml_quantize(_weights(rng, 2, n), name))
+    x = rng.standard_normal((1, n)).astype(np.float32)
+    terms = dequantize(raw, Q[name]).astype(np.float64).reshape(2, n) * x.astype(np.float64)
+    err = np.abs(_runtime.ggml_matmul(name, raw, x)[0] - terms.sum(-1))
+    assert (err <= DOT_RTOL * np.abs(terms).sum(-1)).all(), f"{name} seed {seed}: {err}"
+
+
 def test_simd_level():
     flags = set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
     want = "avx2" if {"avx2", "fma", "f16c"} <= flags and SIMD_CAP != "portable" else "portable"

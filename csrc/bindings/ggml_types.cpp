@@ -110,14 +110,18 @@ FTW_BINDINGS(ggml_types) {
             nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
             {
                 nb::gil_scoped_release release;
-                std::vector<float> col(static_cast<size_t>(T));
-                for (int64_t r = 0; r < R; ++r) {
-                    t.dot_multi(src + r * rb, xp, n, T, n, col.data());
-                    for (int64_t i = 0; i < T; ++i) out[i * R + r] = col[size_t(i)];
+                if (T == 1) {
+                    t.dot_rows(src, rb, R, xp, n, out);
+                } else {
+                    std::vector<float> col(static_cast<size_t>(T));
+                    for (int64_t r = 0; r < R; ++r) {
+                        t.dot_multi(src + r * rb, xp, n, T, n, col.data());
+                        for (int64_t i = 0; i < T; ++i) out[i * R + r] = col[size_t(i)];
+                    }
                 }
             }
             return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, {size_t(T), size_t(R)}, owner);
         },
         nb::arg("type_name"), nb::arg("rows"), nb::arg("x"),
-        "x[T, n] @ rows^T -> float32 [T, rows] through dot_multi (one thread; a reference matmul).");
+        "x[T, n] @ rows^T -> float32 [T, rows] through dot_rows (T = 1) or dot_multi (one thread).");
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/numerics.h"
@@ -659,8 +660,15 @@ FTW_AVX2 inline void k4_scales(const uint8_t* b, float* dsc, float* dmn) {
     _mm256_storeu_ps(dmn, _mm256_mul_ps(_mm256_set1_ps(half_hw(b + 2)), mn));
 }
 
-// sum_j d*sc_j * (q . x)_j - dmin*m_j * (sum x)_j over the 8 sub-blocks of 32
-FTW_AVX2 float dot_q4_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+// sum_j d*sc_j * (q . x)_j - dmin*m_j * (sum x)_j over the 8 sub-blocks of 32. `xsum` (the
+// 32-value sums of x, from dot_rows: computed once for every row) or nullptr (summed here).
+FTW_AVX2 inline __m256 k_mins(const float* dmn, const float* x, const float* xsum, int64_t ib, __m256 accm) {
+    if (xsum) return _mm256_fmadd_ps(_mm256_load_ps(dmn), _mm256_loadu_ps(xsum + 8 * ib), accm);
+    for (int j = 0; j < 8; ++j) accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + j), sum32(x + 32 * j), accm);
+    return accm;
+}
+
+FTW_AVX2 inline float q4_k_avx2(const uint8_t* row, const float* x, const float* xsum, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
@@ -675,14 +683,13 @@ FTW_AVX2 float dot_q4_k_avx2(const uint8_t* row, const float* x, int64_t n) {
             const float* x0 = x + 64 * c;
             acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c), dot32_i8(lo, x0), acc);
             acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c + 1), dot32_i8(hi, x0 + 32), acc);
-            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c), sum32(x0), accm);
-            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c + 1), sum32(x0 + 32), accm);
         }
+        accm = k_mins(dmn, x, xsum, ib, accm);
     }
     return hsum(_mm256_sub_ps(acc, accm));
 }
 
-FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+FTW_AVX2 inline float q5_k_avx2(const uint8_t* row, const float* x, const float* xsum, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(16);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
@@ -702,11 +709,31 @@ FTW_AVX2 float dot_q5_k_avx2(const uint8_t* row, const float* x, int64_t n) {
             const float* x0 = x + 64 * c;
             acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c), dot32_i8(lo, x0), acc);
             acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + 2 * c + 1), dot32_i8(hi, x0 + 32), acc);
-            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c), sum32(x0), accm);
-            accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + 2 * c + 1), sum32(x0 + 32), accm);
         }
+        accm = k_mins(dmn, x, xsum, ib, accm);
     }
     return hsum(_mm256_sub_ps(acc, accm));
+}
+
+FTW_AVX2 float dot_q4_k_avx2(const uint8_t* r, const float* x, int64_t n) { return q4_k_avx2(r, x, nullptr, n); }
+FTW_AVX2 float dot_q5_k_avx2(const uint8_t* r, const float* x, int64_t n) { return q5_k_avx2(r, x, nullptr, n); }
+
+// dot_rows for Q4_K / Q5_K: the 32-value sums of x once, then every row
+template <float (*Core)(const uint8_t*, const float*, const float*, int64_t)>
+FTW_AVX2 void rows_with_xsum(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
+    constexpr int64_t kStack = 512;  // rows up to 16384 values keep the sums on the stack
+    alignas(32) float stack[kStack];
+    std::vector<float> heap(n / 32 > kStack ? size_t(n / 32) : 0);
+    float* xsum = heap.empty() ? stack : heap.data();
+    for (int64_t j = 0; j < n / 32; ++j) xsum[j] = hsum(sum32(x + 32 * j));
+    for (int64_t r = 0; r < R; ++r) out[r] = Core(rows + r * stride, x, xsum, n);
+}
+
+FTW_AVX2 void rows_q4_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
+    rows_with_xsum<q4_k_avx2>(rows, stride, R, x, n, out);
+}
+FTW_AVX2 void rows_q5_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
+    rows_with_xsum<q5_k_avx2>(rows, stride, R, x, n, out);
 }
 
 // Q6_K: the 16 (d * scale) of a block as floats, converted 8 at a time
@@ -989,19 +1016,24 @@ using DotFn = float (*)(const uint8_t*, const float*, int64_t);
 // The one table. `avx2` is the type's SIMD kernel, nullptr where it has none. (AVX-512 versions
 // of the Q8_0/Q4_K/Q6_K kernels were measured no faster on a Sapphire Rapids core: these
 // kernels are bound by uops per value, not vector width.)
+using RowsFn = void (*)(const uint8_t*, int64_t, int64_t, const float*, int64_t, float*);
+
 struct Entry {
     TypeTraits traits;
     DotFn avx2;
+    RowsFn avx2_rows;  // a dot_rows that shares work across rows, or nullptr (rows one by one)
 };
 
 template <class K>
 void dot_multi(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
+template <class K>
+void dot_rows(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out);
 
 template <class K>
-constexpr Entry entry(const char* name, DotFn avx2 = nullptr) {
+constexpr Entry entry(const char* name, DotFn avx2 = nullptr, RowsFn avx2_rows = nullptr) {
     return {{name, K::size.id, K::size.block_values, K::size.block_bytes, &to_float<K>,
-             &dot_portable<K>, &dot_portable<K>, &dot_multi<K>},
-            avx2};
+             &dot_portable<K>, &dot_portable<K>, &dot_multi<K>, &dot_rows<K>},
+            avx2, avx2_rows};
 }
 
 #ifdef FTW_GGML_X86
@@ -1021,8 +1053,8 @@ Entry g_entries[] = {
     entry<Q5_1>("Q5_1", FTW_SIMD(dot_q5_1_avx2)),
     entry<Q2_K>("Q2_K", FTW_SIMD(dot_q2_k_avx2)),
     entry<Q3_K>("Q3_K", FTW_SIMD(dot_q3_k_avx2)),
-    entry<Q4_K>("Q4_K", FTW_SIMD(dot_q4_k_avx2)),
-    entry<Q5_K>("Q5_K", FTW_SIMD(dot_q5_k_avx2)),
+    entry<Q4_K>("Q4_K", FTW_SIMD(dot_q4_k_avx2), FTW_SIMD(rows_q4_k_avx2)),
+    entry<Q5_K>("Q5_K", FTW_SIMD(dot_q5_k_avx2), FTW_SIMD(rows_q5_k_avx2)),
     entry<Q6_K>("Q6_K", FTW_SIMD(dot_q6_k_avx2)),
     entry<IQ4_NL>("IQ4_NL", FTW_SIMD(dot_iq4_nl_avx2)),
     entry<IQ4_XS>("IQ4_XS", FTW_SIMD(dot_iq4_xs_avx2)),
@@ -1046,8 +1078,10 @@ struct Table {
         const char* cap = std::getenv("FTW_GGML_SIMD");
         if (cpu_has_avx2() && !(cap && std::string_view(cap) == "portable")) level = kAvx2;
 #endif
-        for (Entry& e : g_entries)
+        for (Entry& e : g_entries) {
             if (level >= kAvx2 && e.avx2) e.traits.dot = e.avx2;
+            if (level >= kAvx2 && e.avx2_rows) e.traits.dot_rows = e.avx2_rows;
+        }
     }
 };
 
@@ -1060,6 +1094,12 @@ template <class K>
 const TypeTraits& traits_of() {
     static const TypeTraits* t = find(K::size.id);
     return *t;
+}
+
+template <class K>
+void dot_rows(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
+    const TypeTraits& t = traits_of<K>();
+    for (int64_t r = 0; r < R; ++r) out[r] = t.dot(rows + r * stride, x, n);
 }
 
 template <class K>
