@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -187,14 +188,14 @@ struct Tile {
     const int32_t* pairs;  // `count` pair ids (t * K + k)
 };
 
-// experts_decode: block y serves the y-th distinct expert of the step (in order of first appearance);
-// every block of both phases derives the same list, so no routing kernel or table is needed.
-// Returns count 0 when there is no y-th expert or it is not resident (skipped; the error word is
-// written by block (0, 0) of phase 0).
+// experts_decode's routing, done by every block (no routing kernel): the step's distinct experts
+// in order of first appearance (s_dexp, count returned); block (0, 0) of phase 0 writes the error
+// word (first pair whose expert is out of range or not resident). Block y then serves distinct
+// experts y, y + gridDim.y, ...; both phases derive the same list.
 template <int PH>
-__device__ Tile decode_tile(const KernelParams& p, int* s_ids, int* s_first, int* s_pairs, int* s_meta) {
+__device__ int decode_experts(const KernelParams& p, int* s_ids, int* s_first, int* s_dexp, int* s_meta) {
     const int P = p.T * p.K, tid = threadIdx.x;
-    if (tid == 0) s_meta[0] = -1, s_meta[1] = 0, s_meta[2] = INT_MAX;
+    if (tid == 0) s_meta[0] = 0, s_meta[1] = INT_MAX;
     for (int i = tid; i < P; i += blockDim.x) s_ids[i] = p.topk_ids[i];
     __syncthreads();
     for (int i = tid; i < P; i += blockDim.x) {
@@ -202,32 +203,37 @@ __device__ Tile decode_tile(const KernelParams& p, int* s_ids, int* s_first, int
         bool first = true;
         for (int j = 0; j < i; ++j) first &= s_ids[j] != e;
         s_first[i] = first;
+        if (first) atomicAdd(&s_meta[0], 1);
         const int s = (e >= 0 && e < p.num_experts) ? p.slot_of_expert[e] : -1;
-        if (s < 0 || s >= p.num_slots) atomicMin(&s_meta[2], i);
+        if (s < 0 || s >= p.num_slots) atomicMin(&s_meta[1], i);
     }
     __syncthreads();
     for (int i = tid; i < P; i += blockDim.x) {
         if (!s_first[i]) continue;
         int rank = 0;
         for (int j = 0; j < i; ++j) rank += s_first[j];
-        if (rank == int(blockIdx.y)) s_meta[0] = s_ids[i];
+        s_dexp[rank] = s_ids[i];
     }
     __syncthreads();
-    const int e = s_meta[0];
     if (PH == 0 && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
-        *p.error = s_meta[2] == INT_MAX ? 0 : s_meta[2] + 1;
+        *p.error = s_meta[1] == INT_MAX ? 0 : s_meta[1] + 1;
+    return s_meta[0];
+}
+
+// The pairs routed to expert e (at most 8: a token lists an expert once, T <= 8), into s_pairs.
+// Returns the tile; count 0 when e is out of range or not resident (skipped, flagged above).
+__device__ inline Tile decode_tile(const KernelParams& p, int e, const int* s_ids, int* s_pairs) {
+    const int P = p.T * p.K;
     Tile t{0, 0, s_pairs};
     if (e < 0 || e >= p.num_experts) return t;
     const int slot = p.slot_of_expert[e];
     if (slot < 0 || slot >= p.num_slots) return t;
-    for (int i = tid; i < P; i += blockDim.x) {
-        if (s_ids[i] != e) continue;
-        int pos = 0;
-        for (int j = 0; j < i; ++j) pos += s_ids[j] == e;
-        if (pos < 8) s_pairs[pos] = i;  // a token routes to an expert once: pos < T <= 8
-    }
     int n = 0;
-    for (int j = 0; j < P; ++j) n += s_ids[j] == e;
+    for (int i = 0; i < P; ++i) {
+        if (s_ids[i] != e) continue;
+        if (n < 8 && int(threadIdx.x) == n) s_pairs[n] = i;
+        ++n;
+    }
     __syncthreads();
     t.slot = slot, t.count = min(n, 8);  // more only if a token lists an expert twice (refused on the host)
     return t;
@@ -246,23 +252,17 @@ struct HasChunkScale {
 // g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
 // 16 rows; KS warps split the input dimension; each lane keeps D units of weights and x in flight.
 // PH 0 tiles pair gate row j (row g) with up row j (row g + 8), so a lane holds both for its j.
+
+// One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
 template <class Dec, int PH, int NT>
-__global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const KernelParams p) {
+__device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
+                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr int D = V == 16 ? 3 : 2;  // units in flight: what fits in 128 registers
     constexpr bool CS = HasChunkScale<Dec>::value;
     const int KS = blockDim.x / 32;
-
-    __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_pairs[8], s_meta[3];
-    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
-        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
-        for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-            p.out[i] = 0.f;
-    }
-    const Tile tile = decode_tile<PH>(p, s_ids, s_first, s_pairs, s_meta);
-    if (tile.count == 0) return;
     const int slot = tile.slot;
     const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const int in = PH == 0 ? p.H : p.I;
@@ -352,7 +352,6 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
         }
     }
 
-    __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // sum the K-split partials into warp 0
     if (KS > 1 && ks > 0) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
@@ -360,44 +359,64 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
             for (int i = 0; i < 4; ++i) red[ks - 1][n * 4 + i][lane] = acc[n][i];
     }
     __syncthreads();
-    if (ks > 0) return;
-    for (int k = 0; k < KS - 1; ++k)
+    if (ks == 0) {
+        for (int k = 0; k < KS - 1; ++k)
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+            for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[n][i] += red[k][n * 4 + i][lane];
+                for (int i = 0; i < 4; ++i) acc[n][i] += red[k][n * 4 + i][lane];
 
-    // Epilogue. Accumulator (n, i): row g + 8*(i/2) of tile n, pair slot 2*tig + (i&1).
+        // Epilogue. Accumulator (n, i): row g + 8*(i/2) of tile n, pair slot 2*tig + (i&1).
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int q = 2 * tig + e;
-        if (q >= tile.count) continue;
-        const int pair = tile.pairs[q];
+        for (int e = 0; e < 2; ++e) {
+            const int q = 2 * tig + e;
+            if (q >= tile.count) continue;
+            const int pair = tile.pairs[q];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            if (PH == 0) {
-                const int j = (blockIdx.x * NT + n) * 8 + g;
-                if (j >= p.I) continue;
-                float gate = acc[n][e] * Dec::post(p, 0, slot, j);
-                float up = acc[n][2 + e] * Dec::post(p, 0, slot, p.I + j);
-                if (p.gu_bias_bank >= 0) {
-                    gate += bias_at(p, p.gu_bias_bank, slot, j);
-                    up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
-                }
-                p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
-            } else {
-                const float wt = p.topk_weights[pair];
-                float* dst = p.out + int64_t(pair / p.K) * p.H;
+            for (int n = 0; n < NT; ++n) {
+                if (PH == 0) {
+                    const int j = (blockIdx.x * NT + n) * 8 + g;
+                    if (j >= p.I) continue;
+                    float gate = acc[n][e] * Dec::post(p, 0, slot, j);
+                    float up = acc[n][2 + e] * Dec::post(p, 0, slot, p.I + j);
+                    if (p.gu_bias_bank >= 0) {
+                        gate += bias_at(p, p.gu_bias_bank, slot, j);
+                        up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
+                    }
+                    p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+                } else {
+                    const float wt = p.topk_weights[pair];
+                    float* dst = p.out + int64_t(pair / p.K) * p.H;
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
-                    if (r >= p.H) continue;
-                    float v = acc[n][2 * h + e] * Dec::post(p, 1, slot, r);
-                    if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
-                    atomicAdd(dst + r, wt * v);
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                        if (r >= p.H) continue;
+                        float v = acc[n][2 * h + e] * Dec::post(p, 1, slot, r);
+                        if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
+                        atomicAdd(dst + r, wt * v);
+                    }
                 }
             }
         }
+    }
+}
+
+// The decode kernel: routing once per block, then this block row's share of the distinct experts.
+template <class Dec, int PH, int NT>
+__global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const KernelParams p) {
+    __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_dexp[kDecodeMaxPairs], s_pairs[8], s_meta[2];
+    __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
+    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+        for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+            p.out[i] = 0.f;
+    }
+    const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
+    for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
+        const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
+        if (tile.count == 0) continue;
+        decode_expert<Dec, PH, NT>(p, tile, red);
+        __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
 }
 
@@ -602,7 +621,8 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
     if (pairs <= kDecodeMaxPairs && p.T <= 8) {
         constexpr int NT = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
         const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, Dec::VEC);
-        dim3 g0((p.I + NT * 8 - 1) / (NT * 8), pairs), g1((p.H + NT * 16 - 1) / (NT * 16), pairs);
+        const int ny = std::min(pairs, 8);  // each block row serves every 8th distinct expert
+        dim3 g0((p.I + NT * 8 - 1) / (NT * 8), ny), g1((p.H + NT * 16 - 1) / (NT * 16), ny);
         experts_decode<Dec, 0, NT><<<g0, 32 * ks0, 0, stream>>>(p);
         check_launch("gate_up kernel");
         experts_decode<Dec, 1, NT><<<g1, 32 * ks1, 0, stream>>>(p);
