@@ -35,6 +35,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import DATA, ROOT, GiB, folder_nbytes, warm  # noqa: E402
+
+WORK = DATA  # where sources and outputs go (--data): the same disk as the repo by default
 from synthetic import make_checkpoint, make_layout  # noqa: E402
 
 # case -> (layout, H, I, E, goal)
@@ -83,7 +85,7 @@ def remove(path: str) -> None:
 def source_of(case: tuple, size_gib: float) -> tuple[str, str]:
     """(folder to cp, path to convert): a GGUF converts from its file, cp copies its folder."""
     name, layout, H, I, E, _ = case
-    src = os.path.join(DATA, f"bench-{name}-{size_gib:g}g")
+    src = os.path.join(WORK, f"bench-{name}-{size_gib:g}g")
     marker = os.path.join(src, ".complete")
     if not os.path.exists(marker):
         shutil.rmtree(src, ignore_errors=True)
@@ -112,7 +114,7 @@ def bench_case(case: tuple, args) -> dict:
     files = [os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs]
     src_nbytes = folder_nbytes(folder)
     warm(files)
-    cp_dst, ftw_dst = os.path.join(DATA, "bench-cp"), os.path.join(DATA, "bench-out.ftw")
+    cp_dst, ftw_dst = os.path.join(WORK, "bench-cp"), os.path.join(WORK, "bench-out.ftw")
     convert = [sys.executable, "-m", "ftw.cli", "convert", src, ftw_dst]
     rounds = []
     for _ in range(args.rounds):
@@ -148,7 +150,7 @@ def smallest_sample() -> str:
 
 def bench_fixed(args) -> dict:
     sample = smallest_sample()
-    dst = os.path.join(DATA, "bench-fixed.ftw")
+    dst = os.path.join(WORK, "bench-fixed.ftw")
     rounds = []
     for _ in range(args.fixed_rounds):
         base = run([sys.executable, "-c", "import numpy, click"])
@@ -193,10 +195,17 @@ def main() -> None:
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-cost measurement")
     ap.add_argument("--size-gib", type=float, default=3.2, help="each source is at least this big")
     ap.add_argument("--keep", action="store_true", help="keep the generated sources under bench/_data")
+    ap.add_argument("--data", default=DATA, help="folder for the sources and outputs (default bench/_data)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    os.makedirs(DATA, exist_ok=True)
-    results = [bench_case(case, args) for layout in (args.layout or list(CASES)) for case in CASES[layout]]
+    global WORK
+    WORK = args.data
+    os.makedirs(WORK, exist_ok=True)
+    results = []
+    for layout in args.layout or list(CASES):
+        for case in CASES[layout]:
+            results.append(bench_case(case, args))
+            print(json.dumps(results[-1]), file=sys.stderr)  # a crash later loses nothing
     fixed = None if args.no_fixed else bench_fixed(args)
     command = "python bench/bench_convert.py " + " ".join(sys.argv[1:])
     if args.json:

@@ -113,12 +113,11 @@ def test_computed_rows_and_views_mix_in_one_blob(tmp_path):
 
 def test_a_failed_write_names_the_destination(tmp_path, monkeypatch):
     from ftw.errors import FtwError
-    from ftw.writers import atomic
 
-    def full(self, data):
+    def full(fd, data, offset):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic.AtomicFile, "write", full)
+    monkeypatch.setattr(os, "pwrite", full)
     dst = tmp_path / "out.ftw"
     with pytest.raises(FtwError, match=f"{dst}: cannot write: No space left on device"):
         with open_checkpoint(os.path.join(SAMPLES, "st", "qwen3_moe_bf16")) as reader:

@@ -5,11 +5,12 @@ so memory stays bounded by the rows in flight: one, or with compression a window
 the thread count.
 
 Rows that are views of a source file's map (ftw/mapped.py) are never read through the map.
-The bytes behind them are read with pread, 1 MiB at a time into one buffer that the checksum
-reads and write() sends out while it is still in the CPU cache: each source byte is read
-from the page cache once and touched once in user space, in large sequential requests, for
-the same CPU time as `cp` (docs/BENCHMARKS.md), and a source that shrinks mid-conversion is
-a SourceError naming it rather than a SIGBUS.
+The bytes behind them are read with pread, 1 MiB at a time, straight into the output's
+staging buffer (writers/sink.py), where the checksum reads them while they are in the CPU
+cache and from where they go to the file with O_DIRECT: each source byte is read from the
+page cache once and touched once in user space, in large sequential requests, for less CPU
+time than `cp` (docs/BENCHMARKS.md), and a source that shrinks mid-conversion is a
+SourceError naming it rather than a SIGBUS.
 The index is written last, followed by a fixed-size footer that points at it; the file only
 appears at its destination when ``close()`` commits it (writers/atomic.py).
 """
@@ -32,14 +33,14 @@ from ftw.errors import FtwError, SourceError
 from ftw.formats import ModelShape
 
 from .atomic import AtomicFile
+from .sink import Sink
 
 Progress = Callable[[int], None]  # called with source bytes consumed since the last call
 
 # compression that saves less than this is not worth a decompression on every load
 MIN_SAVING = 0.03
 SAMPLE_ROWS = 4  # rows compressed first to decide whether a bank is worth compressing
-# bytes per pread/write: the buffer stays in L2 between the read, the checksum and the write.
-# 256 KiB-1 MiB cost the CPU time of `cp`'s copy_file_range; 4 MiB cost 3x (bench_convert.py)
+# bytes per pread (and per checksum update): they are still in L2 when xxh3 reads them
 CHUNK = 1 << 20
 
 
@@ -87,7 +88,6 @@ class FtwWriter:
         self._compressors: ThreadPoolExecutor | None = None
         self._run: list | None = None  # [FileMap, offset, nbytes]: adjacent source bytes to copy
         self._hash = None  # the checksum of the blob being written
-        self._buf = memoryview(bytearray(CHUNK))
         self.path = self._file.path
         self._pos = 0
         self._level = compress_level
@@ -103,6 +103,7 @@ class FtwWriter:
         }
         self._names: set[tuple[str, str]] = set()
         try:
+            self._sink = Sink(self._file)
             self._write(spec.PREAMBLE.pack(spec.PREAMBLE_MAGIC, spec.MAJOR, spec.MINOR))
         except BaseException:
             self.abort()
@@ -110,10 +111,8 @@ class FtwWriter:
 
     # -- low level ----------------------------------------------------------------------
     def _write(self, data) -> None:
-        try:
-            self._pos += self._file.write(data)
-        except OSError as e:
-            raise FtwError(f"{self.path}: cannot write: {e.strerror or e}") from None
+        self._sink.write(data)
+        self._pos += memoryview(data).nbytes
 
     def _write_chunk(self, c: memoryview) -> None:
         """Hash and write one chunk of the blob in progress. Views of a source file's map join
@@ -122,7 +121,7 @@ class FtwWriter:
         span = mapped.file_span(c)
         if span is None:
             self._flush_copy()
-            for i in range(0, len(c), CHUNK):  # large writes of cold memory cost more
+            for i in range(0, len(c), CHUNK):  # hashed while in cache, then copied in
                 self._hash.update(c[i : i + CHUNK])
                 self._write(c[i : i + CHUNK])
             return
@@ -134,17 +133,18 @@ class FtwWriter:
         self._run = [span[0], span[1], len(c)]
 
     def _flush_copy(self) -> None:
-        """Copy the pending run of source bytes: pread into the buffer, hash, write."""
+        """Copy the pending run of source bytes: pread into the output buffer, hash there."""
         if self._run is None:
             return
         src, offset, nbytes = self._run
         self._run = None
         end = offset + nbytes
         while offset < end:
-            buf = self._buf[: min(CHUNK, end - offset)]
+            buf = self._sink.room(min(CHUNK, end - offset))
             mapped.read_exact(src.source_fd, buf, offset, src.path)
             self._hash.update(buf)
-            self._write(buf)
+            self._sink.advance(len(buf))
+            self._pos += len(buf)
             offset += len(buf)
 
     def _align(self) -> int:
@@ -235,9 +235,15 @@ class FtwWriter:
         )
         sealed = body[:-8]  # the footer's checksum covers everything before it
         self._write(sealed + xxhash.xxh3_64_intdigest(sealed).to_bytes(8, "little"))
-        self._file.commit()
+        self._sink.finish()
+        try:
+            self._file.commit()
+        except OSError as e:  # fsync or link: name the file, not only the errno
+            raise FtwError(f"{self.path}: cannot commit: {e.strerror or e}") from None
 
     def abort(self) -> None:
+        if getattr(self, "_sink", None) is not None:
+            self._sink.close()
         if self._compressors is not None:
             self._compressors.shutdown(cancel_futures=True)
         self._file.abort()
