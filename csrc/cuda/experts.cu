@@ -185,7 +185,7 @@ void check_launch(const char* what) {
 
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
     const cudaError_t e = cudaMemsetAsync(p.out, 0, size_t(p.T) * p.H * sizeof(float), stream);
-    if (e != cudaSuccess) throw CudaError(std::string("cuda experts: clearing out: ") + cudaGetErrorString(e));
+    if (e != cudaSuccess) throw CudaError(std::string("CUDA error clearing the experts output: ") + cudaGetErrorString(e));
     experts_route<<<1, kRouteThreads, 3 * p.num_experts * sizeof(int), stream>>>(p, tile_m);
     check_launch("routing kernel");
 }
