@@ -543,13 +543,14 @@ FTW_AVX2 inline __m256 sum32(const float* x) {
                          _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
 }
 
-// 16 bytes of nibbles (value j low, j+16 high) through a 16-entry int8 table -> 32 int8
-FTW_AVX2 inline __m256i nibbles_lut(const uint8_t* qs, __m128i lut) {
+// 16 bytes of nibbles (value j low, j+16 high) through a 16-entry int8 table, dotted with
+// x[0..32) -> 8 lanes (each 16-value half stays in its own 128-bit register: no lane inserts)
+FTW_AVX2 inline __m256 nibbles_lut_dot32(const uint8_t* qs, __m128i lut, const float* x) {
     const __m128i m4 = _mm_set1_epi8(15);
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, m4));
     const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), m4));
-    return _mm256_set_m128i(hi, lo);
+    return _mm256_add_ps(dot16_i8(lo, x), dot16_i8(hi, x + 16));
 }
 
 inline __m128i load_lut(const int8_t* t) {  // plain SSE2 load, no target needed
@@ -609,8 +610,7 @@ FTW_AVX2 float dot_nibble_lut_avx2(const uint8_t* row, const float* x, int64_t n
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         const uint8_t* b = row + ib * S;
         prefetch_block<S>(b);
-        const __m256i q = nibbles_lut(b + S - 16, lut);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(Scale(b)), dot32_i8(q, x + ib * 32), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(Scale(b)), nibbles_lut_dot32(b + S - 16, lut, x + ib * 32), acc);
     }
     return hsum(acc);
 }
@@ -639,8 +639,7 @@ FTW_AVX2 float dot_iq4_xs_avx2(const uint8_t* row, const float* x, int64_t n) {
         const uint16_t sh = rd16(b + 2);
         for (int j = 0; j < 8; ++j) {
             const int s = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4;
-            const __m256i q = nibbles_lut(b + 8 + 16 * j, lut);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(s - 32)), dot32_i8(q, x + 32 * j), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(s - 32)), nibbles_lut_dot32(b + 8 + 16 * j, lut, x + 32 * j), acc);
         }
     }
     return hsum(acc);
