@@ -90,6 +90,8 @@ def test_shapes_and_options_refused():
         forward(S=0)
     with pytest.raises(FormatError, match="must be positive"):
         forward(T=0)
+    with pytest.raises(FormatError, match="split the step"):  # > 65535 tiles of 64 pairs: one grid dimension
+        forward(T=1 << 20, K=8, ws_bytes=1 << 62)
     with pytest.raises(UnsupportedError, match="activation 'gelu'"):
         forward(act="gelu")
     with pytest.raises(UnsupportedError, match=r"block_size\[1\]=32 must be a multiple of 64"):

@@ -228,6 +228,10 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
         throw ShapeError(where + "x, topk_ids, topk_weights, out and workspace must be device pointers");
     if (p.x % 16) throw ShapeError(where + "x must be 16-byte aligned");
     if (p.workspace % 256) throw ShapeError(where + "the workspace must be 256-byte aligned");
+    const int pairs = p.T * p.K;
+    if ((p.T > 8 || pairs > kDecodeMaxPairs) && max_tiles(pairs, 64, view.num_experts) > 65535)
+        throw ShapeError(where + "T * top_k = " + std::to_string(pairs) + " pairs is more than one launch covers "
+                         "(about 4 million); split the step");
     const Layout l = layout(p.T, p.K, p.I, view.num_experts);
     if (p.workspace_bytes < l.total)
         throw ShapeError(where + "workspace of " + std::to_string(p.workspace_bytes) + " bytes, needs " +

@@ -96,8 +96,9 @@ _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def workspace(T: int, K: int, I: int, E: int, device: torch.device) -> torch.Tensor:  # noqa: E741
-    """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks). Callers that
-    capture CUDA graphs keep the tensor they pass alive themselves."""
+    """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks), one per
+    device: calls on one stream may share it; callers running layers on several streams at once,
+    or capturing CUDA graphs, pass their own `ws` and keep it alive."""
     need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E))
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, 0)
