@@ -1,19 +1,21 @@
 // One templated kernel family for the routed experts of every format; a format contributes only
 // its weight decoder (csrc/formats/<name>/cuda.cu). Included by .cu files only.
 //
-// Work: the routing kernel (experts.cu) groups the step's (token, k) pairs by expert into tiles
-// of up to 16 (decode) or 64 (prefill) pairs of one expert, each with the expert's slot. Then
-// two launches of experts_proj: phase 0 reads gate_up rows and writes act = activation(gate, up)
-// (bf16, [T*K, I]); phase 1 reads down rows and adds weight * (down(act) + bias) into out [T, H].
-// A block owns one tile and a band of output rows; the launch covers every routed expert.
+// Work: phase 0 reads gate_up rows and writes act = activation(gate, up) (bf16, [T*K, I]);
+// phase 1 reads down rows and adds weight * (down(act) + bias) into out [T, H]. Each phase is
+// one launch covering every routed expert. Decode (experts_decode, T <= 8): every block finds
+// the step's distinct experts from topk_ids itself and serves a band of rows of some of them.
+// Prefill (experts_proj): the routing kernel (experts.cu) first groups the (token, k) pairs by
+// expert into tiles of up to 64 pairs of one expert, each with the expert's slot.
 //
-// The matrix step is mma.sync m16n8k16 (bf16 in, f32 accumulate): the pairs are the M side (rows
-// of A: x or act), eight weight rows the N side. Each lane reads 16 contiguous bytes of its weight
-// row per step, exactly as the file stores them, and its decoder turns them into bf16 pairs in
-// registers. A dot product does not care in which order k is summed, so the decoder may emit the
-// pairs in any fixed order (fp4 gives (v0, v4), (v1, v5), ...) as long as the lane permutes its
-// slice of x the same way (Dec::permute): lane (g, tig) supplies B column g and A row g for the
-// same k positions, which depend only on tig. No host repack, no shared-memory staging.
+// The matrix step is mma.sync m16n8k16 (bf16 in, f32 accumulate). Each lane reads 16 contiguous
+// bytes of a weight row per step, exactly as the file stores them, and its decoder turns them
+// into bf16 pairs in registers. A dot product does not care in which order k is summed, so the
+// decoder may emit the pairs in any fixed order (fp4 gives (v0, v4), (v1, v5), ...) as long as
+// the lane permutes its slice of x the same way (Dec::permute): a lane supplies its weight row
+// and its pair's x for the same k positions, which depend only on its position tig in the quad.
+// Decode puts 16 weight rows on the M side and up to 8 pairs on N; prefill puts 64 pairs on M
+// (4 m-tiles) and 8-row weight tiles on N. No host repack, no shared-memory staging.
 #pragma once
 
 #include <cuda_bf16.h>
