@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/errors.h"
@@ -120,10 +121,36 @@ inline float load_float(const uint8_t* p, DType d, int64_t i) {
 //   std::vector<BankNeed> needs(int64_t H, int64_t I) const;
 inline constexpr int64_t kChunk = 256;
 
+// A decoder may also have a fused one-token row dot (decode steps, T = 1):
+//   float dot_row(const Dec::Ctx&, int64_t r, const float* x, int64_t K) const;
+// and an input order of its own for it (x reordered once per call, shared by all rows):
+//   void order_x(const float* x, int64_t K, float* out) const;
+template <class D, class = void>
+struct has_dot_row : std::false_type {};
+template <class D>
+struct has_dot_row<D, std::void_t<decltype(&D::dot_row)>> : std::true_type {};
+template <class D, class = void>
+struct has_order_x : std::false_type {};
+template <class D>
+struct has_order_x<D, std::void_t<decltype(&D::order_x)>> : std::true_type {};
+
 template <class Dec>
 void matmul_by_chunks(const Dec& dec, const LayerBanks& L, const MatmulArgs& a) {
     const int64_t K = a.proj == Proj::GateUp ? L.H : L.I;
     const auto ctx = dec.bind(L, a.expert, a.proj);
+    if constexpr (has_dot_row<Dec>::value) {
+        if (a.ntok == 1) {
+            const float* x = a.X;
+            if constexpr (has_order_x<Dec>::value) {
+                thread_local std::vector<float> ordered;
+                ordered.resize(size_t(K));
+                dec.order_x(a.X, K, ordered.data());
+                x = ordered.data();
+            }
+            for (int64_t r = a.r0; r < a.r1; ++r) a.Y[r - a.r0] = dec.dot_row(ctx, r, x, K);
+            return;
+        }
+    }
     alignas(64) float buf[kChunk];
     float acc[kMaxTokens];
     for (int64_t r = a.r0; r < a.r1; ++r) {

@@ -31,6 +31,20 @@ struct Fp4E8m0Decoder {
                 p == Proj::GateUp ? L.H : L.I};
     }
 
+    void order_x(const float* x, int64_t K, float* out) const { simd::e2m1_order_x(x, K, out); }
+
+    float dot_row(const Ctx& c, int64_t r, const float* x, int64_t K) const {
+        const uint8_t* s = c.s + r * (K / 32);
+        float scale[256];
+        float sum = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += 32 * 256) {  // the scales of up to 8192 values at a time
+            const int64_t n = K - k0 < 32 * 256 ? K - k0 : 32 * 256;
+            simd::e8m0_to_f32(s + k0 / 32, n / 32, scale);
+            sum += simd::dot_e2m1(c.w + r * (K / 2) + k0 / 2, scale, 32, x + k0, n);
+        }
+        return sum;
+    }
+
     void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
         const uint8_t* w = c.w + r * (c.K / 2) + k0 / 2;
         const uint8_t* s = c.s + r * (c.K / 32) + k0 / 32;

@@ -100,6 +100,19 @@ inline void e4m3x16(const uint8_t* w, float scale, float* out) {
 #endif
 }
 
+// n E8M0 bytes -> 2^(b - 127) (255: NaN), as float bit patterns: b << 23 for 1..254, the
+// denormal 2^-127 for 0. Written so the compiler vectorizes it.
+inline void e8m0_to_f32(const uint8_t* b, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t v = b[i];
+        const uint32_t u = v == 0 ? 0x00400000u : v == 255 ? 0x7FC00000u : v << 23;
+        std::memcpy(out + i, &u, 4);
+    }
+}
+
+// n e4m3fn bytes -> value * mul (n a multiple of 16 goes 16 at a time)
+inline void e4m3_to_f32(const uint8_t* b, int64_t n, float mul, float* out);
+
 // 8 bytes of e2m1 pairs (low nibble first) -> 16 floats * scale
 inline void e2m1x16(const uint8_t* w, float scale, float* out) {
 #if defined(FTW_SIMD_AVX512)
@@ -128,6 +141,12 @@ inline void e2m1x16(const uint8_t* w, float scale, float* out) {
 #endif
 }
 
+inline void e4m3_to_f32(const uint8_t* b, int64_t n, float mul, float* out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) e4m3x16(b + i, mul, out + i);
+    for (; i < n; ++i) out[i] = num::kE4M3[b[i]] * mul;
+}
+
 // 8 bytes of 4-bit unsigned values (low nibble first) -> 16 floats q * scale + offset
 inline void u4x16(const uint8_t* w, float scale, float offset, float* out) {
 #if defined(FTW_SIMD_AVX512)
@@ -150,6 +169,105 @@ inline void u4x16(const uint8_t* w, float scale, float offset, float* out) {
         out[2 * j + 1] = float(w[j] >> 4) * scale + offset;
     }
 #endif
+}
+
+// Weight rows of a bank follow each other in memory, so reading ahead in the same stream
+// fetches the next rows; the hardware prefetchers alone leave a decode step at a fraction of
+// the memory bandwidth (they restart at every 4 KiB page and every new task).
+inline constexpr int64_t kPrefetchBytes = 2048;
+
+inline void prefetch(const void* p) {
+#if defined(FTW_SIMD_AVX512) || defined(FTW_SIMD_AVX2)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#elif defined(__GNUC__)
+    __builtin_prefetch(p);
+#endif
+}
+
+// Fused decode + dot for one token (decode, T = 1): sum_i value(w)[i] * scale[i / block] * x[i]
+// over n values, never writing the decoded values anywhere. `scale` holds one float per block.
+
+// The input vector in the order dot_e2m1 reads it. With AVX-512 a 16-byte load holds 32
+// values whose low nibbles are the even elements and high nibbles the odd ones: decoding the
+// two halves separately and reading x as [evens, odds] per 32 saves the re-interleave. Done once
+// per token and projection, shared by all rows. n a multiple of 16; a last 16 stay in order.
+inline void e2m1_order_x(const float* x, int64_t n, float* out) {
+    int64_t i = 0;
+#if defined(FTW_SIMD_AVX512)
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 16; ++j) {
+            out[i + j] = x[i + 2 * j];
+            out[i + 16 + j] = x[i + 2 * j + 1];
+        }
+#endif
+    std::memcpy(out + i, x + i, size_t(n - i) * sizeof(float));
+}
+
+// e2m1 pairs (low nibble first) . x (x as e2m1_order_x left it); block 16 or 32, n a multiple
+// of block
+inline float dot_e2m1(const uint8_t* w, const float* scale, int64_t block, const float* x, int64_t n) {
+    int64_t i = 0;
+    float sum = 0.0f;
+#if defined(FTW_SIMD_AVX512)
+    const __m512 lut = _mm512_loadu_ps(num::kE2M1.data());
+    const __m512i m = _mm512_set1_epi32(0x0F);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        if ((i & 127) == 0) prefetch(w + i / 2 + kPrefetchBytes);
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i / 2)));
+        const __m512 even = _mm512_permutexvar_ps(_mm512_and_si512(b, m), lut);  // elements i, i+2, ...
+        const __m512 odd = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);  // elements i+1, i+3, ...
+        // lanes 0-7 hold elements i..i+15, lanes 8-15 elements i+16..i+31
+        const __m512 s = block == 32 ? _mm512_set1_ps(scale[i >> 5])
+                                     : _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(scale[i >> 4]), _mm512_set1_ps(scale[(i >> 4) + 1]));
+        const __m512 t = _mm512_fmadd_ps(even, _mm512_loadu_ps(x + i), _mm512_mul_ps(odd, _mm512_loadu_ps(x + i + 16)));
+        if (i & 32) acc1 = _mm512_fmadd_ps(t, s, acc1);
+        else acc0 = _mm512_fmadd_ps(t, s, acc0);
+    }
+    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#endif
+    alignas(64) float buf[16];
+    for (; i < n; i += 16) {
+        if ((i & 127) == 0) prefetch(w + i / 2 + kPrefetchBytes);
+        e2m1x16(w + i / 2, scale[block == 32 ? i >> 5 : i >> 4], buf);
+        sum += dot(buf, x + i, 16);
+    }
+    return sum;
+}
+
+// e4m3fn bytes . x; block a multiple of 16, n a multiple of 16. Steps block by block (one
+// scale each), so no division in the loop.
+inline float dot_e4m3(const uint8_t* w, const float* scale, int64_t block, const float* x, int64_t n) {
+    float sum = 0.0f;
+#if defined(FTW_SIMD_AVX512)
+    const __m256i m80 = _mm256_set1_epi16(0x80), m7f = _mm256_set1_epi16(0x7F);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        const int64_t b1 = b0 + block < n ? b0 + block : n;
+        const __m512 s = _mm512_set1_ps(scale[b0 / block] * 256.0f);
+        __m512 t = _mm512_setzero_ps();
+        for (int64_t i = b0; i < b1; i += 16) {
+            if ((i & 63) == 0) prefetch(w + i + kPrefetchBytes);
+            __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+            __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, m80), 8), _mm256_slli_epi16(_mm256_and_si256(b, m7f), 7));
+            t = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_loadu_ps(x + i), t);
+        }
+        acc = _mm512_fmadd_ps(t, s, acc);
+    }
+    sum = _mm512_reduce_add_ps(acc);
+#else
+    alignas(64) float buf[16];
+    for (int64_t b0 = 0; b0 < n; b0 += block) {
+        const int64_t b1 = b0 + block < n ? b0 + block : n;
+        const float s = scale[b0 / block];
+        for (int64_t i = b0; i < b1; i += 16) {
+            if ((i & 63) == 0) prefetch(w + i + kPrefetchBytes);
+            e4m3x16(w + i, s, buf);
+            sum += dot(buf, x + i, 16);
+        }
+    }
+#endif
+    return sum;
 }
 
 }  // namespace ftw::simd

@@ -26,7 +26,10 @@ struct Bf16Decoder {
     void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
         const uint16_t* w = c.w + r * c.K + k0;
         int64_t i = 0;
-        for (; i + 16 <= n; i += 16) simd::bf16x16(w + i, out + i);
+        for (; i + 16 <= n; i += 16) {
+            if ((i & 31) == 0) simd::prefetch(w + i + simd::kPrefetchBytes / 2);
+            simd::bf16x16(w + i, out + i);
+        }
         for (; i < n; ++i) out[i] = num::bf16_to_f32(w[i]);
     }
 };

@@ -38,6 +38,28 @@ struct Fp8BlockDecoder {
         return {L.at(bank_name(p)).expert(e), s.expert(e), s.dtype, K, cdiv(K, bi), L.I, p == Proj::GateUp};
     }
 
+    float dot_row(const Ctx& c, int64_t r, const float* x, int64_t K) const {
+        if (bi % 16 || K % 16) {  // blocks the vector kernel cannot step through: chunk by chunk
+            alignas(64) float buf[kChunk];
+            float sum = 0.0f;
+            for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+                const int64_t n = std::min(kChunk, K - k0);
+                decode(c, r, k0, n, buf);
+                sum += dot(buf, x + k0, n);
+            }
+            return sum;
+        }
+        const int64_t srow = !c.gate_up || r < c.I ? r / bo : cdiv(c.I, bo) + (r - c.I) / bo;
+        float scale[256];
+        float sum = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += 256 * bi) {
+            const int64_t n = std::min(256 * bi, K - k0);
+            for (int64_t b = 0; b < cdiv(n, bi); ++b) scale[b] = load_float(c.s, c.sdt, srow * c.scols + k0 / bi + b);
+            sum += simd::dot_e4m3(c.w + r * K + k0, scale, bi, x + k0, n);
+        }
+        return sum;
+    }
+
     void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
         const int64_t srow = !c.gate_up || r < c.I ? r / bo : cdiv(c.I, bo) + (r - c.I) / bo;
         const uint8_t* w = c.w + r * c.K;

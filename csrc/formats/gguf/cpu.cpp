@@ -2,6 +2,8 @@
 // layout, decoder and dot product). gate_up holds gate's I rows then up's I rows; with one type
 // it is [2I, row_bytes], with two it is one flat byte row (gate's rows' bytes, then up's).
 // down is [H, row_bytes(I)]. Optional f32/f16 biases.
+#include <algorithm>
+
 #include "core/cpu_format.h"
 #include "formats/gguf/ggml_types.h"
 
@@ -30,6 +32,19 @@ public:
         const uint8_t* base = bank.expert(a.expert);
         const int64_t K = a.proj == Proj::GateUp ? L.H : L.I;
         float tmp[kMaxTokens];
+        if (a.ntok == 1) {  // one token: the type's multi-row dot (shares work across rows)
+            for (int64_t r0 = a.r0; r0 < a.r1;) {
+                const bool gate = a.proj == Proj::GateUp && r0 < L.I;
+                const int64_t r1 = gate ? std::min(a.r1, L.I) : a.r1;
+                const ggml::TypeTraits& t = a.proj == Proj::Down ? down_ : gate ? gate_ : up_;
+                const int64_t rb = t.row_bytes(K);
+                const uint8_t* row = a.proj == Proj::Down || gate ? base + r0 * rb
+                                                                  : base + L.I * gate_.row_bytes(K) + (r0 - L.I) * rb;
+                t.dot_rows(row, rb, r1 - r0, a.X, K, a.Y + (r0 - a.r0));
+                r0 = r1;
+            }
+            return;
+        }
         for (int64_t r = a.r0; r < a.r1; ++r) {
             const ggml::TypeTraits* t;
             const uint8_t* row;

@@ -32,6 +32,21 @@ struct Nvfp4Decoder {
                 p == Proj::GateUp ? L.H : L.I};
     }
 
+    void order_x(const float* x, int64_t K, float* out) const { simd::e2m1_order_x(x, K, out); }
+
+    float dot_row(const Ctx& c, int64_t r, const float* x, int64_t K) const {
+        const uint8_t* s = c.s + r * (K / 16);
+        const float g = c.g[r];
+        float scale[256];
+        float sum = 0.0f;
+        for (int64_t k0 = 0; k0 < K; k0 += 16 * 256) {  // scales for up to 4096 values at a time
+            const int64_t n = K - k0 < 16 * 256 ? K - k0 : 16 * 256;
+            simd::e4m3_to_f32(s + k0 / 16, n / 16, g, scale);
+            sum += simd::dot_e2m1(c.w + r * (K / 2) + k0 / 2, scale, 16, x + k0, n);
+        }
+        return sum;
+    }
+
     void decode(const Ctx& c, int64_t r, int64_t k0, int64_t n, float* out) const {
         const uint8_t* w = c.w + r * (c.K / 2) + k0 / 2;
         const uint8_t* s = c.s + r * (c.K / 16) + k0 / 16;
