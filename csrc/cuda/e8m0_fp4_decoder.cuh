@@ -1,5 +1,7 @@
 // The decoder of the E8M0-scaled FP4 formats (mxfp4, ds_fp4): e2m1 pairs (low nibble first), one
-// E8M0 scale per 32 inputs = one per 16-byte unit. e2m1 * 2^k is exact in bf16.
+// E8M0 scale per 32 inputs = one per 16-byte unit. e2m1 * 2^k is exact in bf16 for scales from
+// 2^-64 to 2^63 (bytes 63..190; real checkpoints sit near 2^-10): the weights carry 2^-62, so a
+// byte above 190 would overflow to inf and one below 63 lose bits to bf16 subnormals.
 #pragma once
 
 #include "cuda/experts_kernels.cuh"
