@@ -717,22 +717,26 @@ FTW_AVX2 inline float q5_k_avx2(const uint8_t* row, const float* x, const float*
 FTW_AVX2 float dot_q4_k_avx2(const uint8_t* r, const float* x, int64_t n) { return q4_k_avx2(r, x, nullptr, n); }
 FTW_AVX2 float dot_q5_k_avx2(const uint8_t* r, const float* x, int64_t n) { return q5_k_avx2(r, x, nullptr, n); }
 
-// dot_rows for Q4_K / Q5_K: the 32-value sums of x once, then every row
-template <float (*Core)(const uint8_t*, const float*, const float*, int64_t)>
+// dot_rows for the K-quants with mins: the G-value sums of x once, then every row
+template <int G, float (*Core)(const uint8_t*, const float*, const float*, int64_t)>
 FTW_AVX2 void rows_with_xsum(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
-    constexpr int64_t kStack = 512;  // rows up to 16384 values keep the sums on the stack
+    constexpr int64_t kStack = 1024;  // rows up to 16384 values keep the sums on the stack
     alignas(32) float stack[kStack];
-    std::vector<float> heap(n / 32 > kStack ? size_t(n / 32) : 0);
+    std::vector<float> heap(n / G > kStack ? size_t(n / G) : 0);
     float* xsum = heap.empty() ? stack : heap.data();
-    for (int64_t j = 0; j < n / 32; ++j) xsum[j] = hsum(sum32(x + 32 * j));
+    for (int64_t j = 0; j < n / G; ++j) {
+        __m256 v = _mm256_loadu_ps(x + G * j);
+        for (int k = 8; k < G; k += 8) v = _mm256_add_ps(v, _mm256_loadu_ps(x + G * j + k));
+        xsum[j] = hsum(v);
+    }
     for (int64_t r = 0; r < R; ++r) out[r] = Core(rows + r * stride, x, xsum, n);
 }
 
 FTW_AVX2 void rows_q4_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
-    rows_with_xsum<q4_k_avx2>(rows, stride, R, x, n, out);
+    rows_with_xsum<32, q4_k_avx2>(rows, stride, R, x, n, out);
 }
 FTW_AVX2 void rows_q5_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
-    rows_with_xsum<q5_k_avx2>(rows, stride, R, x, n, out);
+    rows_with_xsum<32, q5_k_avx2>(rows, stride, R, x, n, out);
 }
 
 // Q6_K: the 16 (d * scale) of a block as floats, converted 8 at a time
@@ -825,29 +829,50 @@ FTW_AVX2 float dot_q5_0_avx2(const uint8_t* row, const float* x, int64_t n) {
     return hsum(acc);
 }
 
-// Q2_K: per 16 values d*(sc&15) * (q . x) - dmin*(sc>>4) * sum(x)
-FTW_AVX2 float dot_q2_k_avx2(const uint8_t* row, const float* x, int64_t n) {
+// Q2_K: the 16 (d * scale) and (dmin * min) of a block as floats (low / high nibbles)
+FTW_AVX2 inline void q2k_scales(const uint8_t* b, float* dsc, float* dmn) {
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m128i lo = _mm_and_si128(sc, m4), hi = _mm_and_si128(_mm_srli_epi16(sc, 4), m4);
+    const __m256 d = _mm256_set1_ps(half_hw(b + 80)), dmin = _mm256_set1_ps(half_hw(b + 82));
+    _mm256_store_ps(dsc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo))));
+    _mm256_store_ps(dsc + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_store_ps(dmn, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi))));
+    _mm256_store_ps(dmn + 8, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)))));
+}
+
+// Q2_K: per 16 values d*(sc&15) * (q . x) - dmin*(sc>>4) * sum(x); `xsum` as for Q4_K, per 16
+FTW_AVX2 inline float q2_k_avx2(const uint8_t* row, const float* x, const float* xsum, int64_t n) {
     const __m256i m2 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q2_K::size.block_bytes;
         prefetch_block<Q2_K::size.block_bytes>(b);
-        const float d = half_hw(b + 80), dmin = half_hw(b + 82);
+        alignas(32) float dsc[16], dmn[16];
+        q2k_scales(b, dsc, dmn);
         for (int h = 0; h < 2; ++h) {
             const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * h));
             for (int s = 0; s < 4; ++s) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * s), m2);
                 const int k = 8 * h + 2 * s;
                 const float* xs = x + 16 * k;
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(b[k] & 15)), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * float(b[k + 1] & 15)),
-                                      dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
-                accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(b[k] >> 4)), sum16(xs), accm);
-                accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin * float(b[k + 1] >> 4)), sum16(xs + 16), accm);
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k + 1), dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
             }
+        }
+        if (xsum) {
+            accm = _mm256_fmadd_ps(_mm256_load_ps(dmn), _mm256_loadu_ps(xsum + 16 * ib), accm);
+            accm = _mm256_fmadd_ps(_mm256_load_ps(dmn + 8), _mm256_loadu_ps(xsum + 16 * ib + 8), accm);
+        } else {
+            for (int k = 0; k < 16; ++k) accm = _mm256_fmadd_ps(_mm256_broadcast_ss(dmn + k), sum16(x + 16 * k), accm);
         }
     }
     return hsum(_mm256_sub_ps(acc, accm));
+}
+
+FTW_AVX2 float dot_q2_k_avx2(const uint8_t* r, const float* x, int64_t n) { return q2_k_avx2(r, x, nullptr, n); }
+FTW_AVX2 void rows_q2_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out) {
+    rows_with_xsum<16, q2_k_avx2>(rows, stride, R, x, n, out);
 }
 
 FTW_AVX2 float dot_q3_k_avx2(const uint8_t* row, const float* x, int64_t n) {
@@ -1050,7 +1075,7 @@ Entry g_entries[] = {
     entry<Q4_1>("Q4_1", FTW_SIMD(dot_q4_1_avx2)),
     entry<Q5_0>("Q5_0", FTW_SIMD(dot_q5_0_avx2)),
     entry<Q5_1>("Q5_1", FTW_SIMD(dot_q5_1_avx2)),
-    entry<Q2_K>("Q2_K", FTW_SIMD(dot_q2_k_avx2)),
+    entry<Q2_K>("Q2_K", FTW_SIMD(dot_q2_k_avx2), FTW_SIMD(rows_q2_k_avx2)),
     entry<Q3_K>("Q3_K", FTW_SIMD(dot_q3_k_avx2)),
     entry<Q4_K>("Q4_K", FTW_SIMD(dot_q4_k_avx2), FTW_SIMD(rows_q4_k_avx2)),
     entry<Q5_K>("Q5_K", FTW_SIMD(dot_q5_k_avx2), FTW_SIMD(rows_q5_k_avx2)),

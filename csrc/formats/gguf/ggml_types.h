@@ -34,8 +34,8 @@ struct TypeTraits {
     // than m calls of `dot` (256-value blocks from 8 tokens on); float32 accumulation as `dot`.
     void (*dot_multi)(const uint8_t* row, const float* x, int64_t ldx, int64_t m, int64_t n, float* out);
     // out[r] = dot(rows + r * stride, x, n) for r < R (decode: one token against R rows of a
-    // projection). Work that depends only on x is done once for all rows (Q4_K/Q5_K: the sums of
-    // x that their mins multiply, ~1.25x over R calls of `dot`).
+    // projection). Work that depends only on x is done once for all rows (Q2_K/Q4_K/Q5_K: the
+    // sums of x that their mins multiply, ~1.15-1.25x over R calls of `dot`).
     void (*dot_rows)(const uint8_t* rows, int64_t stride, int64_t R, const float* x, int64_t n, float* out);
 
     int64_t row_bytes(int64_t n) const { return n / block_values * block_bytes; }
