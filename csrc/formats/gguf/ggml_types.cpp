@@ -875,14 +875,32 @@ FTW_AVX2 void rows_q2_k_avx2(const uint8_t* rows, int64_t stride, int64_t R, con
     rows_with_xsum<16, q2_k_avx2>(rows, stride, R, x, n, out);
 }
 
+// Q3_K: the 16 (d * (scale - 32)) of a block as floats; the 6-bit scales unpacked with 32-bit
+// masks (low nibbles from bytes 0-7, high 2 bits from bytes 8-11)
+FTW_AVX2 inline void q3k_scales(const uint8_t* b, float* dsc) {
+    uint32_t a[3], u[4];
+    std::memcpy(a, b + 96, 12);
+    const uint32_t k2 = 0x0f0f0f0f, k1 = 0x03030303;
+    u[0] = (a[0] & k2) | (((a[2] >> 0) & k1) << 4);
+    u[1] = (a[1] & k2) | (((a[2] >> 2) & k1) << 4);
+    u[2] = ((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4);
+    u[3] = ((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4);
+    __m128i sc;
+    std::memcpy(&sc, u, 16);
+    sc = _mm_sub_epi8(sc, _mm_set1_epi8(32));
+    const __m256 d = _mm256_set1_ps(half_hw(b + 108));
+    _mm256_store_ps(dsc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_store_ps(dsc + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+}
+
 FTW_AVX2 float dot_q3_k_avx2(const uint8_t* row, const float* x, int64_t n) {
     const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 256; ++ib, x += 256) {
         const uint8_t* b = row + ib * Q3_K::size.block_bytes;
         prefetch_block<Q3_K::size.block_bytes>(b);
-        const uint8_t* s = b + 96;
-        const float d = half_hw(b + 108);
+        alignas(32) float dsc[16];
+        q3k_scales(b, dsc);
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
         for (int h = 0; h < 2; ++h) {
             const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 + 32 * h));
@@ -891,16 +909,9 @@ FTW_AVX2 float dot_q3_k_avx2(const uint8_t* row, const float* x, int64_t n) {
                 const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + sh), one);
                 const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), four);
                 const int k = 8 * h + 2 * sh;
-                float dl[2];
-                for (int e = 0; e < 2; ++e) {
-                    const int i = k + e;
-                    const int l = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
-                    const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-                    dl[e] = d * float((l | hi << 4) - 32);
-                }
                 const float* xs = x + 16 * k;
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(dl[0]), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(dl[1]), dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k), dot16_i8(_mm256_castsi256_si128(q), xs), acc);
+                acc = _mm256_fmadd_ps(_mm256_broadcast_ss(dsc + k + 1), dot16_i8(_mm256_extracti128_si256(q, 1), xs + 16), acc);
             }
         }
     }
