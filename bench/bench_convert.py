@@ -12,13 +12,13 @@ Layouts (bench/synthetic.py makes each once under bench/_data, >= --size-gib):
   gpt_oss_bf16  gpt-oss bf16: [E, H, 2I] gate/up interleaved + biases: transposed, not copied
 
 Per layout: the source is read once (page cache warm), then --rounds rounds, each running
-`cp -r SRC DST && sync` and `python -m ftw.cli convert SRC DST.ftw && sync` in their own
+`cp -r SRC DST && sync` and `python -m ftw.cli convert SRC DST.ftw && sync` (run through runpy, to report its own peak RSS) in their own
 processes, one after the other (interleaved, so a noisy neighbour hits both alike); what
 either wrote is deleted and synced away before the next timing. Printed: the median of the
 per-round ratios convert/cp, the median wall of each, user+sys CPU of each (median), and the
 converter's peak RSS against its largest layer's banks + a fixed 512 MiB window.
 
-The fixed cost: `python -m ftw.cli convert` of the smallest bundled sample against
+The fixed cost: the same `ftw convert` of the smallest bundled sample against
 `python -c "import numpy, click"`, interleaved, median of the per-round ratios (goal <= 2x).
 """
 
@@ -49,6 +49,13 @@ CASES = {
     "gpt_oss_bf16": [("gpt_oss_bf16", "gpt_oss_bf16", 2048, 768, 32, 2.0)],
 }
 WINDOW = 512 << 20  # the fixed part of the peak-RSS bound
+# `ftw convert` as `python -m ftw.cli` runs it, reporting its own peak RSS when it exits: wait4's
+# figure for a child includes the pages of this process that the child shared before its exec
+CLI = ("import atexit, os, runpy, sys\n"
+       "atexit.register(lambda: os.write(2, ('VmHWM ' + [l.split()[1] for l in open('/proc/self/status')"
+       " if l.startswith('VmHWM')][0] + '\\n').encode()))\n"
+       "sys.argv[0] = 'ftw'\n"
+       "runpy.run_module('ftw.cli', run_name='__main__', alter_sys=True)\n")
 
 
 def ensure_checkpoint(size_gib: float) -> str:
@@ -70,8 +77,9 @@ def run(argv: list[str], cwd: str = ROOT) -> dict:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.read().decode()[-2000:]}")
+    hwm = [l.split()[1] for l in p.stderr.read().decode().splitlines() if l.startswith("VmHWM ")]
     p.stderr.close()
-    return {"wall": wall, "user": ru.ru_utime, "sys": ru.ru_stime, "rss": ru.ru_maxrss * 1024}
+    return {"wall": wall, "user": ru.ru_utime, "sys": ru.ru_stime, "rss": int(hwm[-1]) * 1024 if hwm else None}
 
 
 def remove(path: str) -> None:
@@ -115,7 +123,7 @@ def bench_case(case: tuple, args) -> dict:
     src_nbytes = folder_nbytes(folder)
     warm(files)
     cp_dst, ftw_dst = os.path.join(WORK, "bench-cp"), os.path.join(WORK, "bench-out.ftw")
-    convert = [sys.executable, "-m", "ftw.cli", "convert", src, ftw_dst]
+    convert = [sys.executable, "-c", CLI, "convert", src, ftw_dst]
     rounds = []
     for _ in range(args.rounds):
         remove(cp_dst)
@@ -155,7 +163,7 @@ def bench_fixed(args) -> dict:
     for _ in range(args.fixed_rounds):
         base = run([sys.executable, "-c", "import numpy, click"])
         remove(dst)
-        t = run([sys.executable, "-m", "ftw.cli", "convert", sample, dst])
+        t = run([sys.executable, "-c", CLI, "convert", sample, dst])
         rounds.append((base, t))
     remove(dst)
     ratios = [t["wall"] / b["wall"] for b, t in rounds]
