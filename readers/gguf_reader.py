@@ -37,7 +37,8 @@ from .gguf_file import FLOAT_DTYPES, KV, GGUFFile, GgufTensor, tensorless_gguf
 ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "gpt-oss", "deepseek2", "glm4moe", "glm-dsa",
          "deepseek4", "glm5-next")
 METADATA_ATTACHMENT = "gguf_metadata.gguf"
-SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# [0-9], not \d: \d also matches Arabic-Indic digits, which int() reads but no shard name has
+SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$", re.IGNORECASE)
 
 # llama.cpp hard-codes gpt-oss's clamped SwiGLU (llm_build_openai_moe_iswa): no metadata key
 GPT_OSS_ACTIVATION = Activation("swiglu_oai", alpha=1.702, limit=7.0)  # fixed in llama.cpp's gpt-oss graph

@@ -205,3 +205,31 @@ def test_inspect_of_a_wide_index_is_plain_columns_printed_literally(tmp_path):
         assert len(out.splitlines()) < n + 40
     js = json.loads(cli("inspect", p, "--json").stdout)
     assert js["totals"]["moe_layers"] == n
+
+
+from datetime import timedelta  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(derandomize=True, database=None, deadline=timedelta(seconds=2), max_examples=300)
+@given(text=st.text(st.sampled_from("0123456789-,² ٣x"), max_size=40), limit=st.none() | st.integers(0, 1 << 20))
+def test_fuzz_layer_ranges_and_levels(text, limit):
+    """Any --layers text is a sorted list within the bound or one FtwError, at once; any
+    --compress text a level or one FtwError."""
+    from ftw.cli import parse_compress
+    from ftw.errors import FtwError
+    from ftw.layer_ranges import parse_layers
+
+    try:
+        layers = parse_layers(text, limit)
+    except FtwError as e:
+        assert "\n" not in str(e)
+    else:
+        bound = min(limit if limit is not None else 1 << 16, 1 << 16)
+        assert layers is None or (layers == sorted(set(layers)) and all(0 <= x < bound for x in layers))
+    try:
+        parse_compress("zstd:" + text)
+    except FtwError as e:
+        assert "\n" not in str(e)

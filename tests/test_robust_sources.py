@@ -528,3 +528,11 @@ def test_cli_layers_with_a_5000_digit_block(tmp_path, gguf_tensors):
     p = cli("convert", path, tmp_path / "o.ftw", "--layers", "0", rc=1)
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.ftw").exists()
+
+
+def test_split_name_with_non_ascii_digits_is_one_file(tmp_path, gguf_tensors):
+    """'m-٠٠٠٠١-of-٠٠٠٠٢.gguf' is not a split name (its digits are not ASCII): the file is
+    read as the single file it is, never as shards of another name."""
+    path = gguf_with(tmp_path / "m-٠٠٠٠١-of-٠٠٠٠٢.gguf", gguf_tensors)
+    with GgufReader(path) as r:
+        assert r.source_files() == [path]
