@@ -263,7 +263,8 @@ def check(src, file, experts, runtime, strict, seed, threads, as_json) -> None:
         t = Table(title=f"ftw check {lit(src)} -> {lit(file)}: {lit(report.selection)}", title_justify="left")
         cols = ["layer", "format", "banks", "bytes compared", "experts decoded", "max |error|", "max rel error"]
         if report.runtime != "none":
-            cols.append(f"{report.runtime}: tokens, rel error")
+            cols.append(f"{report.runtime}: tokens, rel error" +
+                        ("; pool hits/misses/evictions" if report.runtime == "cuda" else ""))
         for c in cols + ["result"]:
             t.add_column(c, justify="left" if c in ("format", "result") else "right")
         for r in report.layers.values():
@@ -271,7 +272,10 @@ def check(src, file, experts, runtime, strict, seed, threads, as_json) -> None:
                    f"{r.max_abs_err:.3g}", f"{r.max_rel_err:.3g}"]
             if report.runtime != "none":
                 rt = r.runtime or {}
-                row.append(f"{rt['tokens']}, {rt['max_rel_err']:.2g}" if rt.get("run")
+                pool = rt.get("pool") or {}
+                row.append((f"{rt['tokens']}, {rt['max_rel_err']:.2g}"
+                            + (f"; pool {pool.get('hits', 0)}/{pool.get('misses', 0)}/{pool.get('evictions', 0)}"
+                               if pool else "")) if rt.get("run")
                            else f"not run on {report.runtime}" if rt else "-")
             row.append(f"[red]{escape(r.problems[0])}[/]" if not r.ok else
                        "[green]ok[/]" + (f" [yellow]({escape(r.notes[0])})[/]" if r.notes else ""))
@@ -365,7 +369,10 @@ def render_plan(p: dict) -> None:
 def one_line(text: str) -> str:
     """A message on one line: a newline or other control character in a path is shown
     escaped, never as a line break."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text) if _CONTROL.search(text) else text
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def fail(message: str) -> None:

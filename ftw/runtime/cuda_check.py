@@ -91,8 +91,7 @@ def cuda_step(ctx) -> None:
     try:
         from . import CpuMoeExecutor
 
-        cpu = CpuMoeExecutor(banks.to_numpy() if hasattr(banks, "to_numpy") else
-                             load_expert_banks(f.path, layers=run, threads=ctx.threads))
+        cpu = CpuMoeExecutor(banks)  # the same pinned host banks, read in place
     except (ImportError, UnsupportedError):
         cpu = None
     worst = {layer: 0.0 for layer in run}
@@ -108,12 +107,12 @@ def cuda_step(ctx) -> None:
             worst_cpu[layer] = max(worst_cpu[layer], float(np.linalg.norm(got - c)) / denom)
         tokens[layer] += x.shape[0]
 
-    # decode: one token per step per layer, all layers' misses in one batch per step
+    # decode: one token per layer-step; a layer's kernel runs right after its experts are made
+    # resident, as a serving engine runs it (a pool one expert short of E evicts on the way)
     for _ in range(DECODE_STEPS):
-        step = {layer: _tokens(rng, 1, H, E, k) for layer in run}
-        sp.decode_step({layer: step[layer][1].reshape(-1) for layer in run})
         for layer in run:
-            x, ids, w = step[layer]
+            x, ids, w = _tokens(rng, 1, H, E, k)
+            sp.decode_step({layer: ids.reshape(-1)})
             view = sp.view(layer)
             slots = sp.plan["pools"][sp.pool_of(layer)]["slots"]
             got = _forward(rt, torch, f.layer_formats[layer], view, slots, banks.dtypes, H,
@@ -125,8 +124,8 @@ def cuda_step(ctx) -> None:
         x, ids, w = _tokens(rng, PREFILL_TOKENS, H, E, k)
         total = None
         for view, _experts in sp.prefill_layer(layer, np.unique(ids)):
-            slots = sp.plan["pools"][sp.pool_of(layer)]["slots"] if view.staging_half < 0 else \
-                sp.plan["staging"]["experts"]
+            pool = sp.plan["pools"][sp.pool_of(layer)]
+            slots = pool["slots"] if view.staging_half < 0 else pool["staging_group"]
             part = _forward(rt, torch, f.layer_formats[layer], view, slots, banks.dtypes, H,
                             model.intermediate_size(layer), x, ids, w, model.activation, stream)
             torch.cuda.synchronize()
