@@ -19,9 +19,13 @@ def summarize(f: FtwFile, layers: list[int] | None = None) -> dict:
     chosen = sorted(f.layers) if layers is None else [l for l in layers if l in f.layers]
     by_format: dict[str, list[int]] = defaultdict(list)
     layer_rows = []
+    described: dict = {}  # format -> (key, options): each parses the options JSON once
     for layer in chosen:
         fmt = f.layer_formats[layer]
-        by_format[fmt.key()].append(layer)
+        if fmt not in described:
+            described[fmt] = (fmt.key(), fmt.options)
+        key, options = described[fmt]
+        by_format[key].append(layer)
         banks = []
         for name, b in f.layers[layer].items():
             banks.append({
@@ -39,8 +43,8 @@ def summarize(f: FtwFile, layers: list[int] | None = None) -> dict:
         layer_rows.append({
             "layer": layer,
             "format": fmt.name,
-            "options": fmt.options,
-            "format_key": fmt.key(),
+            "options": options,
+            "format_key": key,
             "banks": banks,
             "raw_nbytes": sum(b["raw_nbytes"] for b in banks),
             "stored_nbytes": sum(b["stored_nbytes"] for b in banks),
