@@ -84,7 +84,10 @@ class _Cursor:
         end = self.pos + n
         if end > len(self.buf):
             want = min(self.size, max(end, 2 * len(self.buf), self.CHUNK)) - len(self.buf)
-            more = os.pread(self.fd, want, len(self.buf))
+            try:
+                more = os.pread(self.fd, want, len(self.buf))
+            except OSError as e:  # EIO and the like: named, as every message is
+                raise SourceError(f"{self.path}: cannot read the GGUF header: {e.strerror or e}") from None
             if len(more) != want:
                 raise SourceError(f"{self.path}: short read at byte {len(self.buf)} (file changed while reading?)")
             self.buf += more
