@@ -296,7 +296,10 @@ class FtwFile:
         if size < self.size:  # a page of the map past the new end would be a SIGBUS in its reader
             raise FormatError(f"{self.path}: file shrank from {self.size} to {size} bytes while open")
         if self._mm is None:
-            self._mm = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            try:
+                self._mm = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            except OSError as e:
+                raise FtwError(f"{self.path}: cannot map the file: {e.strerror or e}") from None
         return self._mm
 
     def blob_bytes(self, blob: Blob) -> memoryview:
