@@ -20,9 +20,9 @@ from ftw.spec import decimal_index
 
 from .ftw_writer import FtwWriter
 
-# a non-expert tensor of decoder layer N, in HF ("model.layers.N.") or GGUF ("blk.N.") naming
 RELEASE_EVERY = 256 << 20  # non-expert tensor bytes written between releases of mapped pages
 
+# a non-expert tensor of decoder layer N, in HF ("model.layers.N.") or GGUF ("blk.N.") naming
 _LAYER_OF = re.compile(r"(?:^|\.)(?:layers|blk)\.([0-9]+)\.")
 
 
@@ -68,13 +68,7 @@ class ConvertPlan:
 
 def plan_conversion(reader, layers: Iterable[int] | None = None, experts_only: bool = False) -> ConvertPlan:
     wanted = None if layers is None else sorted(set(layers))
-    if wanted is not None:
-        unknown = [l for l in wanted if l not in reader.model.moe_layers]
-        if unknown:
-            raise FtwError(
-                f"{reader.path}: layer {unknown[0]} is not a MoE layer (MoE layers: {reader.model.moe_layers})"
-            )
-    planned = reader.plan(wanted)
+    planned = reader.plan(wanted)  # refuses a layer that is not one of the model's MoE layers
     model = reader.model
     for lb in planned:  # strict when writing: every bank exactly as its format declares it
         lb.check(model.hidden_size, model.intermediate_size(lb.layer), f"{reader.path}: layer {lb.layer}")
