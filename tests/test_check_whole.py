@@ -131,19 +131,13 @@ def _edited(converted, which, edit, tmp_path):
     return src, path
 
 
-@pytest.mark.parametrize("case", list(ST_EDITS))
-def test_check_names_every_edit_of_a_safetensors_conversion(converted, tmp_path, case):
-    edit, expected = ST_EDITS[case]
-    src, path = _edited(converted, "st", edit, tmp_path)
-    report = check(src, path)
-    assert not report.ok
-    assert any(expected in p for p in report.all_problems()), report.all_problems()
+EDITS = {("st", case): edit for case, edit in ST_EDITS.items()} | {("gguf", case): edit for case, edit in GGUF_EDITS.items()}
 
 
-@pytest.mark.parametrize("case", list(GGUF_EDITS))
-def test_check_names_every_edit_of_a_gguf_conversion(converted, tmp_path, case):
-    edit, expected = GGUF_EDITS[case]
-    src, path = _edited(converted, "gguf", edit, tmp_path)
+@pytest.mark.parametrize("which,case", list(EDITS), ids=[f"{w}-{c}" for w, c in EDITS])
+def test_check_names_every_edit_of_a_conversion(converted, tmp_path, which, case):
+    edit, expected = EDITS[which, case]
+    src, path = _edited(converted, which, edit, tmp_path)
     report = check(src, path)
     assert not report.ok
     assert any(expected in p for p in report.all_problems()), report.all_problems()
