@@ -175,6 +175,20 @@ def _copy_tasks(f: FtwFile, info: BankInfo, dst: np.ndarray) -> list[Callable[[]
             for lo in range(0, info.blob.nbytes, COPY_CHUNK)]
 
 
+def _check_fits(f: FtwFile, layers: list[int]) -> None:
+    """Fail fast, naming the file, when the banks cannot fit in this machine's memory: a
+    compressed bank may legally claim up to 32768 times its stored size (all-zero rows), so
+    a 520 KiB file can ask for 16 GiB; better one clear error than an out-of-memory kill."""
+    need = sum(b.raw_nbytes for layer in layers for b in f.layers[layer].values())
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    if need > have:
+        raise FtwError(f"{f.path}: the banks of {len(layers)} layer(s) take {need} bytes decoded, more than "
+                       f"this machine's {have} bytes of memory")
+
+
 def load_expert_banks(
     path: str | os.PathLike | FtwFile,
     layers: Iterable[int] | None = None,
@@ -202,6 +216,7 @@ def load_expert_banks(
             if f.layer_formats[layer].known:  # a runtime sizes buffers by the format: refuse a
                 f.check_layer(layer)  # layer whose banks contradict it before anything is allocated
             by_format[f.layer_formats[layer]].append(layer)
+        _check_fits(f, wanted)
         alloc = _Allocator(pin)
         f.mm  # map before the threads start: each would otherwise race to map the file
         with ThreadPoolExecutor(thread_count(threads, 8)) as pool:

@@ -265,3 +265,23 @@ def test_compressed_row_decodes_into_the_destination_without_a_copy(tmp_path, rn
         assert dst[0].tobytes() == data[0] and dst[1].tobytes() == data[1]
         loaded = ftw.load_expert_banks(f, threads=2)
         assert loaded.banks["gate_up"][0].tobytes() == data[0] + data[1]
+
+
+def test_load_of_banks_larger_than_memory_fails_fast(tmp_path, rng):
+    """Legal-looking frames may declare more than the machine's memory (a bank may claim up to
+    32768 times its stored bytes): load_expert_banks says so naming the file, before
+    allocating anything (the frames are never decoded)."""
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    E = 64
+    row = phys // E + (1 << 20)  # the E rows together: just over physical memory
+    data = bytes(rng.integers(0, 256, 70_000, dtype=np.uint8))  # > 65791 bytes: a 4-byte size field
+    big = _declared(data, row) if row < 1 << 32 else None
+    if big is None:
+        pytest.skip("rows of 4 GiB or more need an 8-byte size field")
+    p = tmp_path / "huge.ftw"
+    build(p, {(0, "down"): ("u8", (E, row), [big] * E)})
+    with ftw.open(p) as f:  # within rule 11: 64 x 70 KB may claim up to 147 GB
+        t = time.perf_counter()
+        with pytest.raises(FtwError, match="the banks of 1 layer.* more than this machine's"):
+            ftw.load_expert_banks(f)
+        assert time.perf_counter() - t < 10
