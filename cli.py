@@ -93,8 +93,8 @@ def inspect(file: str, layers: str | None, as_json: bool) -> None:
 
 def lit(x) -> str:
     """User text (paths, names from an index or a checkpoint) as rich prints it literally:
-    '[/bold]' in a file name must neither raise nor vanish."""
-    return escape(str(x))
+    '[/bold]' in a file name must neither raise nor vanish, a newline not break the line."""
+    return escape(one_line(str(x)))
 
 
 RICH_TABLE_ROWS = 2000  # rich lays a table out at ~0.5 ms a row: past this, plain columns
@@ -109,7 +109,7 @@ def print_table(title: str, columns: tuple[str, ...], right: tuple[str, ...], ro
         for c in columns:
             t.add_column(c, justify="right" if c in right else "left", no_wrap=no_wrap)
         for r in rows:
-            t.add_row(*(lit(one_line(c)) for c in r))
+            t.add_row(*map(lit, r))
         out.print(t)
         return
     cells = [[one_line(c) for c in r] for r in rows]
@@ -404,7 +404,7 @@ def interrupted() -> int:
 
     done = committed()  # what the file system says, whenever the interrupt landed
     if done:
-        err.print(f"[red]interrupted[/] after {lit(one_line(', '.join(done)))} was written in full "
+        err.print(f"[red]interrupted[/] after {lit(', '.join(done))} was written in full "
                   f"(committed before the interrupt)", highlight=False, soft_wrap=True)
     else:
         err.print("[red]interrupted[/]: nothing was written")
