@@ -85,9 +85,10 @@ class Family:
         return v
 
     def get_int(self, keys: tuple[str, ...], lo: int = 0, hi: int = MAX_DIM) -> int:
-        """The first of keys the config has, checked: a wrong value is an error, not skipped."""
+        """The first of keys the config gives (null: not given), checked: a wrong value is an
+        error, not skipped over."""
         for k in keys:
-            if k in self.text:
+            if self.text.get(k) is not None:
                 return self.int_key(k, lo=lo, hi=hi)
         raise SourceError(f"{self.where}: {self.name} config needs one of {', '.join(keys)} (an integer)")
 
