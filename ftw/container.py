@@ -406,14 +406,16 @@ class FtwFile:
         else:
             self.decode_frame(info, expert, dst)  # straight into the destination: no extra copy
 
-    def decode_frame(self, info: BankInfo, expert: int, dst: np.ndarray) -> None:
+    def decode_frame(self, info: BankInfo, expert: int, dst: np.ndarray, frame: memoryview | None = None) -> None:
         """Prove expert's slot is exactly one zstd frame declaring row_nbytes (checked before
         anything is decoded) and decode it into dst (u8, row_nbytes, contiguous); FormatError
-        naming the row otherwise (docs/FORMAT.md, rule 14)."""
+        naming the row otherwise (docs/FORMAT.md, rule 14). frame: the slot's stored bytes
+        where the caller has read them already (verify); else they come from the map."""
         import zstandard
 
         where = f"{self.path}: layer {info.layer} bank {info.name} expert {expert}"
-        frame = self.row_frame(info, expert)
+        if frame is None:
+            frame = self.row_frame(info, expert)
         try:
             declared = zstandard.frame_content_size(frame)
             stored = _zstd_frame_nbytes(frame)
@@ -444,13 +446,14 @@ class FtwFile:
     def _row_table(self, info: BankInfo) -> np.ndarray:
         key = (info.layer, info.name)
         if key not in self._tables:
-            t = np.frombuffer(self.mm, "<u8", info.num_experts + 1, info.row_table.offset)
+            t = np.empty(info.num_experts + 1, "<u8")  # pread, not the map: see _decode_rows
+            read_exact(self._fd_open(), t, info.row_table.offset, self.path, FormatError)
             if t[0] != 0 or t[-1] != info.blob.nbytes or np.any(np.diff(t.astype(np.int64)) < 0) or np.any(t > info.blob.nbytes):
                 raise FormatError(
                     f"{self.path}: layer {info.layer} bank {info.name}: row table does not "
                     f"partition the bank's {info.blob.nbytes} bytes"
                 )
-            self._tables[key] = t.copy()  # a copy: a cached view would keep the map from closing
+            self._tables[key] = t
         return self._tables[key]
 
     def tensor(self, name: str) -> np.ndarray:
@@ -526,10 +529,18 @@ class FtwFile:
         return sum(b.nbytes for _, b in items)
 
     def _decode_rows(self, task: tuple[BankInfo, int, int]) -> None:
+        """verify's frame pass over rows lo..hi: their stored bytes read with pread (like the
+        checksum pass: a file cut short is a FormatError, not a SIGBUS), each decoded into
+        one scratch row."""
         info, lo, hi = task
+        table = self._row_table(info)
+        start = int(table[lo])
+        stored = np.empty(int(table[hi]) - start, np.uint8)
+        read_exact(self._fd_open(), stored, info.blob.offset + start, self.path, FormatError)
         scratch = np.empty(info.row_nbytes, np.uint8)
         for e in range(lo, hi):
-            self.decode_frame(info, e, scratch)
+            frame = memoryview(stored)[int(table[e]) - start : int(table[e + 1]) - start]
+            self.decode_frame(info, e, scratch, frame)
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

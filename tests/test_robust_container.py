@@ -285,3 +285,28 @@ def test_load_of_banks_larger_than_memory_fails_fast(tmp_path, rng):
         with pytest.raises(FtwError, match="the banks of 1 layer.* more than this machine's"):
             ftw.load_expert_banks(f)
         assert time.perf_counter() - t < 10
+
+
+def test_verify_of_a_compressed_file_cut_short_is_a_format_error(tmp_path, rows):
+    """Cut after open: the checksum and frame passes read with pread, so the result is a
+    FormatError naming the file, never a SIGBUS (run in a child: a SIGBUS would kill pytest)."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "cut.ftw"
+    build(p, {(0, "gate_up"): ("u8", (3, 4096), good_frames(rows)), (1, "down"): ("u8", (3, 4096), good_frames(rows))})
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = f"""
+import os, sys
+sys.path[:0] = [{root!r}]
+import ftw
+from ftw.errors import FormatError
+f = ftw.open({str(p)!r})
+os.truncate({str(p)!r}, 4096 + 100)
+try:
+    f.verify(threads=2)
+except FormatError as e:
+    print("FormatError", e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("FormatError") and str(p) in r.stdout, (r.returncode, r.stdout, r.stderr)
