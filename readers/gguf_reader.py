@@ -28,6 +28,7 @@ from ftw.banks import LayerBanks, RowPieces, SourceTensor
 from ftw.errors import SourceError, UnsupportedError
 from ftw.formats import Activation, LayerFormat, ModelShape
 from ftw import spec
+from ftw.layer_ranges import format_layers
 from ftw.spec import decimal_index, numpy_dtype
 
 from .base import CheckpointReader, register_opener
@@ -102,6 +103,7 @@ class GgufReader(CheckpointReader):
             self._layers: dict[int, _Layer] = {}
             for layer in self.model.moe_layers:
                 self._layers[layer] = self._resolve(layer)
+            self._check_dense_blocks()
         except BaseException:
             self.close()
             raise
@@ -216,6 +218,21 @@ class GgufReader(CheckpointReader):
         if w is None or not 1 <= w <= MAX_DIM:
             raise SourceError(f"{self.path}: {key} must be an integer in [1, {MAX_DIM}], got {short(v)}")
         return [w] * n_layers
+
+    def _check_dense_blocks(self) -> None:
+        """A decoder block the metadata makes dense (leading_dense_block_count, a width of 0)
+        must not hold routed experts: they would be carried as plain tensors, the model
+        silently converted with a layer fewer."""
+        moe = set(self.model.moe_layers)
+        decoder = self.model.num_layers - len(self.model.extra.get("nextn_layers", []))
+        for name in self._infos:
+            if name.startswith("blk.") and "_exps." in name:
+                n = decimal_index(name[4:].split(".", 1)[0])
+                if n is not None and n < decoder and n not in moe:
+                    raise SourceError(
+                        f"{self.path}: tensor {name} holds routed experts, but the {self.arch}.* metadata "
+                        f"makes block {n} dense (MoE blocks: {format_layers(self.model.moe_layers) or 'none'})"
+                    )
 
     def _check_block_numbers(self, n_layers: int) -> None:
         """Every `blk.N.` tensor names a block below block_count, in canonical decimal: a

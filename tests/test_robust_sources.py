@@ -536,3 +536,16 @@ def test_split_name_with_non_ascii_digits_is_one_file(tmp_path, gguf_tensors):
     path = gguf_with(tmp_path / "m-٠٠٠٠١-of-٠٠٠٠٢.gguf", gguf_tensors)
     with GgufReader(path) as r:
         assert r.source_files() == [path]
+
+
+@pytest.mark.parametrize("over", [{"expert_feed_forward_length": (ARR, [256, 0], U32)},
+                                  {"leading_dense_block_count": (U32, 1)}])
+def test_gguf_experts_in_a_block_the_metadata_makes_dense(tmp_path, gguf_tensors, over):
+    """Block 0 has expert tensors; metadata that makes it dense would carry them as plain
+    tensors and convert a layer fewer without a word: refused, naming the tensor."""
+    path = gguf_with(tmp_path / "d.gguf", gguf_tensors, **over)
+    if "leading_dense_block_count" in over:
+        want = "block 0 dense"
+    else:
+        want = "block 1 dense"
+    one_line_error(SourceError, lambda: GgufReader(path), want, "_exps.")
