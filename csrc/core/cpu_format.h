@@ -123,7 +123,8 @@ inline constexpr int64_t kChunk = 256;
 
 // A decoder may also have a fused one-token row dot (decode steps, T = 1):
 //   float dot_row(const Dec::Ctx&, int64_t r, const float* x, int64_t K) const;
-// and an input order of its own for it (x reordered once per call, shared by all rows):
+// and an input order of its own for it (x reordered once per call, shared by all rows; out
+// has room for 2K floats):
 //   void order_x(const float* x, int64_t K, float* out) const;
 template <class D, class = void>
 struct has_dot_row : std::false_type {};
@@ -142,8 +143,8 @@ void matmul_by_chunks(const Dec& dec, const LayerBanks& L, const MatmulArgs& a) 
         if (a.ntok == 1) {
             const float* x = a.X;
             if constexpr (has_order_x<Dec>::value) {
-                thread_local std::vector<float> ordered;
-                ordered.resize(size_t(K));
+                thread_local std::vector<float> ordered;  // order_x may write up to 2K floats
+                ordered.resize(size_t(2 * K));
                 dec.order_x(a.X, K, ordered.data());
                 x = ordered.data();
             }

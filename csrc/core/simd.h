@@ -235,6 +235,39 @@ inline float dot_e2m1(const uint8_t* w, const float* scale, int64_t block, const
     return sum;
 }
 
+// 4-bit unsigned values (low nibble first) with a scale and an offset per group (MLX affine):
+// sum_i (q_i s_g + o_g) x_i = sum_g s_g (q . x)_g + o_g xsum_g. x as e2m1_order_x left it, xsum
+// the per-group sums of x; group a multiple of 32, n a multiple of group.
+inline float dot_u4_affine(const uint8_t* w, const float* s, const float* o, int64_t group, const float* x,
+                           const float* xsum, int64_t n) {
+    float off = 0.0f;
+    for (int64_t g = 0; g < n / group; ++g) off += o[g] * xsum[g];
+#if defined(FTW_SIMD_AVX512)
+    const __m512i m = _mm512_set1_epi32(0x0F);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < n; g0 += group) {
+        __m512 ga = _mm512_setzero_ps();
+        for (int64_t i = g0; i < g0 + group; i += 32) {
+            if ((i & 127) == 0) prefetch(w + i / 2 + kPrefetchBytes);
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i / 2)));
+            ga = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m)), _mm512_loadu_ps(x + i), ga);
+            ga = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), _mm512_loadu_ps(x + i + 16), ga);
+        }
+        acc = _mm512_fmadd_ps(ga, _mm512_set1_ps(s[g0 / group]), acc);
+    }
+    return _mm512_reduce_add_ps(acc) + off;
+#else
+    alignas(64) float buf[16];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i += 16) {
+        if ((i & 127) == 0) prefetch(w + i / 2 + kPrefetchBytes);
+        u4x16(w + i / 2, 1.0f, 0.0f, buf);
+        sum += s[i / group] * dot(buf, x + i, 16);
+    }
+    return sum + off;
+#endif
+}
+
 // e4m3fn bytes . x; block a multiple of 16, n a multiple of 16. Steps block by block (one
 // scale each), so no division in the loop.
 inline float dot_e4m3(const uint8_t* w, const float* scale, int64_t block, const float* x, int64_t n) {

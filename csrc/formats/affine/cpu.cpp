@@ -39,6 +39,45 @@ struct AffineDecoder {
         return {L.at(bank_name(p)).expert(e), s.expert(e), o.expert(e), s.dtype, o.dtype, p == Proj::GateUp ? L.H : L.I};
     }
 
+    // One token. bits 4 with groups of 32k: fused (q . x per group, then scale; the offsets
+    // meet the group sums of x, computed once per call in order_x after the reordered x).
+    bool fused() const { return bits == 4 && group % 32 == 0; }
+
+    void order_x(const float* x, int64_t K, float* out) const {
+        if (fused()) simd::e2m1_order_x(x, K, out);
+        else std::memcpy(out, x, size_t(K) * sizeof(float));
+        for (int64_t g = 0; g < K / group; ++g) {
+            float sum = 0.0f;
+            for (int64_t i = g * group; i < (g + 1) * group; ++i) sum += x[i];
+            out[K + g] = sum;
+        }
+    }
+
+    float dot_row(const Ctx& c, int64_t r, const float* x, int64_t K) const {
+        if (!fused()) {
+            alignas(64) float buf[kChunk];
+            float sum = 0.0f;
+            for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+                const int64_t n = std::min(kChunk, K - k0);
+                decode(c, r, k0, n, buf);
+                sum += dot(buf, x + k0, n);
+            }
+            return sum;
+        }
+        const int64_t groups = K / group, g0 = r * groups;
+        float s[256], o[256];
+        float sum = 0.0f;
+        for (int64_t gb = 0; gb < groups; gb += 256) {
+            const int64_t ng = std::min<int64_t>(256, groups - gb);
+            for (int64_t g = 0; g < ng; ++g) {
+                s[g] = load_float(c.s, c.sdt, g0 + gb + g);
+                o[g] = load_float(c.o, c.odt, g0 + gb + g);
+            }
+            sum += simd::dot_u4_affine(c.w + r * (K / 2) + gb * group / 2, s, o, group, x + gb * group, x + K + gb, ng * group);
+        }
+        return sum;
+    }
+
     // values [j0, j1) of a row (multiples of 8) -> q as floats. 8 values are `B` bytes: read
     // them as one little-endian word (8 bytes where the row has them, else exactly B).
     template <int B>
