@@ -20,6 +20,10 @@ CUDA graph and timed with CUDA events over many replays.
   matmuls per expert (dequantization included in its time), eager;
 - T = 8 with the same 8 experts for every token vs T = 1; T = 8 with independent routings.
 
+GGUF (issue 14): --formats gguf:Q4_K,gguf:Q8_0,... (every projection of that ggml type; random
+quant bytes, small finite scales); there is no torch decoder of ggml types, so the baseline is
+the ceiling alone.
+
 Prefill: T = 2048 tokens, top_k = 8, uniform random routing, TFLOP/s (2 * T * K * 3 * H * I
 flops per layer) against a torch bf16 matmul (8192^3) in the same run.
 """
@@ -58,9 +62,35 @@ def _bytes(shape, dev, lo=0, hi=256, mask=None):
     return t & mask if mask is not None else t
 
 
+# gguf: byte offsets of a block's f16 scale fields (d, m, dmin), set to small finite values so
+# random quant bytes decode to finite weights; MXFP4's e8m0 byte 0 is drawn from 118..123
+GGUF_SCALES = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "IQ4_NL": [0],
+               "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_XS": [0],
+               "IQ2_XXS": [0], "IQ2_XS": [0], "IQ3_XXS": [0], "IQ3_S": [0], "MXFP4": []}
+
+
+def gguf_rows(type_name: str, E: int, rows: int, n: int, dev) -> torch.Tensor:
+    from ftw.formats.ggml_types import ggml_type_named
+
+    t = ggml_type_named(type_name)
+    b = _bytes((E, rows, n // t.block, t.nbytes), dev)
+    for off in GGUF_SCALES[type_name]:
+        b[..., off] = 0x19  # f16 0x1419 ~ 1e-3
+        b[..., off + 1] = 0x14
+    if type_name == "MXFP4":
+        b[..., 0] = _bytes(b.shape[:-1], dev, 118, 124)
+    return b.reshape(E, rows, -1)
+
+
 def random_layer(name: str, H: int, I: int, E: int, dev) -> ce.LayerView:  # noqa: E741
     b = {}
     opts = {}
+    if name.startswith("gguf"):  # "gguf:Q4_K": every projection of that ggml type; plain "gguf": Q4_K
+        t = name.partition(":")[2] or "Q4_K"
+        opts = {"gate_up_type": t, "down_type": t}
+        b["gate_up"] = gguf_rows(t, E, 2 * I, H, dev)
+        b["down"] = gguf_rows(t, E, H, I, dev)
+        name = "gguf"
     e4m3 = dict(mask=0xBF)  # bit 6 clear: no NaN code (0x7F/0xFF), magnitudes up to 1.875
     if name == "bf16":
         b["gate_up"] = torch.randn((E, 2 * I, H), dtype=torch.bfloat16, device=dev) * 0.02
@@ -218,7 +248,7 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
          "us": t * 1e6, "GBps": step_bytes / t / 1e9, "ceiling_us": t_ceiling * 1e6,
          "ceiling_GBps": chunk / t_ceiling / 1e9}
     r["vs_ceiling"] = r["GBps"] / r["ceiling_GBps"]
-    if T == 1 or same:
+    if (T == 1 or same) and view.format.name != "gguf":  # no torch decoder of ggml types: ceiling only
         nref = min(nsteps, 8)
         t_ref = eager_time(lambda: [torch_reference(view, xs[s], plans[s], wts) for s in range(nref)], 2) / nref
         r["torch_us"] = t_ref * 1e6
@@ -339,7 +369,8 @@ def main() -> None:
             d = {(r["T"], r["routing"]): r for r in res["decode"] if r["size"] == size and r["format"] == name}
             p = next((r for r in res["prefill"] if r["size"] == size and r["format"] == name), None)
             a, s8, i8 = d[(1, "same")], d[(8, "same")], d[(8, "independent")]
-            print(f"{size:15s} {name:9s} {a['GBps']:7.0f} {a['vs_ceiling']:7.2f} {a['speedup_vs_torch']:8.1f} | "
+            print(f"{size:15s} {name:9s} {a['GBps']:7.0f} {a['vs_ceiling']:7.2f} "
+                  f"{a.get('speedup_vs_torch', math.nan):8.1f} | "
                   f"{s8['us'] / a['us']:11.2f} | {i8['GBps']:11.0f} {i8['vs_ceiling']:6.2f} | "
                   f"{p['TFLOPs'] if p else math.nan:8.1f}")
 

@@ -19,7 +19,11 @@ from ftw.formats import FORMATS, get_format
 pytestmark = pytest.mark.skipif(not rt.cuda_experts_formats(), reason="ftw._runtime was built without CUDA")
 
 BASE = 1 << 40  # a 4 KiB-aligned address; never read: every call here is refused first
-CUDA_FORMATS = ["bf16", "ds_fp4", "fp8_block", "mxfp4", "mxfp8", "nvfp4"]
+CUDA_FORMATS = ["bf16", "ds_fp4", "fp8_block", "gguf", "mxfp4", "mxfp8", "nvfp4"]
+# the ggml types csrc/formats/gguf/cuda.cu decodes (issue 14: every type the CPU executor has,
+# less the float ones)
+GGML_CUDA_TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q5_K", "Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1",
+                   "Q2_K", "Q3_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"]
 
 
 def layer(fmt: str, H: int, I: int, options: dict | None = None, biases: bool = False):  # noqa: E741
@@ -40,17 +44,21 @@ def layer(fmt: str, H: int, I: int, options: dict | None = None, biases: bool = 
 
 
 def forward(fmt="nvfp4", H=256, I=128, E=8, S=8, T=1, K=2, bases=None, rows=None, options=None,  # noqa: E741
-            act="silu", ws_bytes=None, block=(128, 128), scale="f32", bias="bf16"):
+            act="silu", ws_bytes=None, block=(128, 128), scale="f32", bias="bf16", ggml_types=()):
     if bases is None:
         bases, rows, _ = layer(fmt, H, I, options, biases=fmt == "mxfp4")
     ws = rt.cuda_experts_workspace_bytes(T, K, I, E) if ws_bytes is None else ws_bytes
     rt.cuda_experts_forward(fmt, bases, rows, BASE, E, S, H, I, T, K, BASE, BASE, BASE, BASE, BASE, ws,
-                            act, 1.702, 7.0, block[0], block[1], scale, bias, 0)
+                            act, 1.702, 7.0, block[0], block[1], scale, bias, 0, list(ggml_types))
 
 
-def test_cuda_formats_are_the_registry_formats_less_affine_and_gguf():
+def test_cuda_formats_are_the_registry_formats_less_affine():
     assert sorted(rt.cuda_experts_formats()) == CUDA_FORMATS
-    assert set(FORMATS) - set(CUDA_FORMATS) == {"affine", "gguf"}
+    assert set(FORMATS) - set(CUDA_FORMATS) == {"affine"}
+
+
+def test_ggml_cuda_types_listed_in_table_order():
+    assert rt.cuda_ggml_types() == GGML_CUDA_TYPES
 
 
 def test_format_without_kernel_refused_by_name():
@@ -101,7 +109,7 @@ def test_shapes_and_options_refused():
 
 
 @pytest.mark.skipif(rt.cuda_device_count() > 0, reason="would launch on made-up addresses")
-@pytest.mark.parametrize("fmt", CUDA_FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in CUDA_FORMATS if f != "gguf"])  # gguf: below, per type
 def test_banks_sized_by_the_python_registry_pass_every_check(fmt):
     """The C++ bank sizes agree with ftw.formats' BankSpecs: a view built from them passes every
     check and fails only at the launch, for want of a GPU."""
@@ -111,3 +119,61 @@ def test_banks_sized_by_the_python_registry_pass_every_check(fmt):
         with pytest.raises(FtwError, match="CUDA error") as e:
             forward(fmt, H=512, I=256, T=T, K=4, bases=bases, rows=rows, options=options)
         assert not isinstance(e.value, (FormatError, UnsupportedError))
+
+
+# ---- gguf: the layer's ggml types travel as ids; a type without a decoder is refused by name ----
+
+
+def gguf_opts(gate: str, up: str, down: str) -> dict:
+    return {"gate_up_type": gate, "down_type": down} if gate == up else {"gate_type": gate, "up_type": up,
+                                                                          "down_type": down}
+
+
+def gguf_ids(gate: str, up: str, down: str) -> list[int]:
+    from ftw.formats.ggml_types import ggml_type_named
+
+    return [ggml_type_named(t).id for t in (gate, up, down)]
+
+
+def test_gguf_type_without_cuda_decoder_refused_by_name():
+    opts = gguf_opts("F16", "F16", "Q8_0")
+    bases, rows, _ = layer("gguf", 256, 256, opts)
+    with pytest.raises(UnsupportedError, match=r"gguf gate rows: ggml type id 1 has no CUDA decoder \(CUDA types: Q8_0"):
+        forward("gguf", H=256, I=256, bases=bases, rows=rows, ggml_types=gguf_ids("F16", "F16", "Q8_0"))
+    with pytest.raises(UnsupportedError, match="gguf gate rows: ggml type id -1 has no CUDA decoder"):
+        forward("gguf", H=256, I=256, bases=bases, rows=rows)  # no ggml_types passed
+
+
+def test_gguf_shapes_and_banks_refused():
+    with pytest.raises(FormatError, match=r"gguf down rows: Q4_K rows hold whole blocks of 256 values; 128 is not"):
+        forward("gguf", H=256, I=128, ggml_types=gguf_ids("Q8_0", "Q8_0", "Q4_K"), bases=[BASE] * 4, rows=[1 << 20] * 4)
+    bases, rows, _ = layer("gguf", 256, 256, gguf_opts("Q4_K", "Q6_K", "Q8_0"))
+    short = list(rows)
+    short[0] = 256 * (144 + 210) - 1  # one byte short of gate's then up's rows
+    with pytest.raises(FormatError, match=r"gguf bank 0 \(gate_up\) has rows of"):
+        forward("gguf", H=256, I=256, bases=bases, rows=short, ggml_types=gguf_ids("Q4_K", "Q6_K", "Q8_0"))
+    with pytest.raises(FormatError, match="ggml_types must be the"):
+        forward("gguf", H=256, I=256, bases=bases, rows=rows, ggml_types=[8, 8])
+
+
+@pytest.mark.skipif(rt.cuda_device_count() > 0, reason="would launch on made-up addresses")
+@pytest.mark.parametrize("types", [(t, t, t) for t in GGML_CUDA_TYPES] + [("Q4_K", "Q5_K", "Q6_K"), ("IQ2_XS", "IQ3_S", "Q8_0")])
+def test_gguf_banks_sized_by_the_python_registry_pass_every_check(types):
+    opts = gguf_opts(*types)
+    bases, rows, _ = layer("gguf", 512, 256, opts)
+    for T in (1, 40):
+        with pytest.raises(FtwError, match="CUDA error") as e:
+            forward("gguf", H=512, I=256, T=T, K=4, bases=bases, rows=rows, ggml_types=gguf_ids(*types))
+        assert not isinstance(e.value, (FormatError, UnsupportedError))
+
+
+def test_unsupported_reason_names_each_ggml_type_without_decoder():
+    """What `ftw check --runtime cuda` reports per layer: per format, and per ggml type for gguf."""
+    ce = pytest.importorskip("ftw.runtime.cuda_experts")
+    from ftw.formats import LayerFormat
+
+    assert ce.unsupported_reason(LayerFormat.of("gguf", {"gate_type": "Q4_K", "up_type": "IQ3_S", "down_type": "Q6_K"})) is None
+    assert ce.ggml_type_ids(LayerFormat.of("gguf", {"gate_up_type": "Q4_K", "down_type": "Q6_K"})) == [12, 12, 14]
+    why = ce.unsupported_reason(LayerFormat.of("gguf", {"gate_type": "F16", "up_type": "Q8_0", "down_type": "BF16"}))
+    assert why.startswith("no CUDA decoder for ggml type gate F16, down BF16 (CUDA types: Q8_0, Q4_K")
+    assert ce.unsupported_reason(LayerFormat.of("affine", {"bits": 4, "group_size": 64})).startswith("no CUDA kernel for")

@@ -46,6 +46,17 @@ FTW_BINDINGS(cuda_experts) {
         "Layer formats with a CUDA expert kernel in this build (empty without CUDA).");
 
     m.def(
+        "cuda_ggml_types",
+        []() -> std::vector<std::string> {
+#ifdef FTW_WITH_CUDA
+            return ftw::cuda::ggml_cuda_types();
+#else
+            return {};
+#endif
+        },
+        "ggml types the gguf format decodes on the GPU in this build (empty without CUDA).");
+
+    m.def(
         "cuda_experts_workspace_bytes",
         [](int T, int K, int I, int num_experts) -> int64_t {
 #ifdef FTW_WITH_CUDA
@@ -62,7 +73,8 @@ FTW_BINDINGS(cuda_experts) {
            uintptr_t slot_of_expert, int num_experts, int num_slots, int H, int I, int T, int K, uintptr_t x,
            uintptr_t topk_ids, uintptr_t topk_weights, uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
            const std::string& activation, float alpha, float limit, int block_out, int block_in,
-           const std::string& scale_dtype, const std::string& bias_dtype, uintptr_t stream) {
+           const std::string& scale_dtype, const std::string& bias_dtype, uintptr_t stream,
+           const std::vector<int>& ggml_types) {
 #ifdef FTW_WITH_CUDA
             if (bank_base.size() != row_bytes.size() || bank_base.size() > size_t(ftw::kMaxBanks))
                 throw ftw::ShapeError("cuda experts: bank_base and row_bytes must have the same length, at most " +
@@ -83,6 +95,9 @@ FTW_BINDINGS(cuda_experts) {
             ftw::cuda::FormatOptions opt;
             opt.block_out = block_out, opt.block_in = block_in;
             opt.scale_dtype = scale_dtype, opt.bias_dtype = bias_dtype;
+            if (!ggml_types.empty() && ggml_types.size() != 3)
+                throw ftw::ShapeError("cuda experts: ggml_types must be the (gate, up, down) ggml type ids");
+            for (size_t i = 0; i < ggml_types.size(); ++i) opt.ggml_types[i] = ggml_types[i];
             nb::gil_scoped_release release;
             ftw::cuda::experts_forward(format, view, p, act, opt, stream);
 #else
@@ -92,9 +107,10 @@ FTW_BINDINGS(cuda_experts) {
         "format"_a, "bank_base"_a, "row_bytes"_a, "slot_of_expert"_a, "num_experts"_a, "num_slots"_a, "H"_a, "I"_a,
         "T"_a, "K"_a, "x"_a, "topk_ids"_a, "topk_weights"_a, "out"_a, "workspace"_a, "workspace_bytes"_a,
         "activation"_a, "alpha"_a, "limit"_a, "block_out"_a, "block_in"_a, "scale_dtype"_a, "bias_dtype"_a,
-        "stream"_a,
+        "stream"_a, "ggml_types"_a = std::vector<int>(),
         "Enqueue one MoE layer's routed experts on `stream` (all pointers are device addresses). "
-        "Shapes, banks and options are checked before any launch.");
+        "Shapes, banks and options are checked before any launch. gguf layers pass ggml_types: the "
+        "(gate, up, down) ggml type ids.");
 
     m.def(
         "cuda_stream_read",

@@ -269,6 +269,7 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
         throw UnsupportedError(where + "expert biases must be bf16 or f32, got " + opt.bias_dtype);
     kp.bias_f32 = opt.bias_dtype == "f32";
     kp.block_out = opt.block_out, kp.block_in = opt.block_in, kp.scale_f32 = 1;
+    for (int i = 0; i < 3; ++i) kp.ggml_type[i] = opt.ggml_types[i];
     if (f.uses_fp8_block_options) {
         if (opt.block_out <= 0 || opt.block_in <= 0)
             throw FormatError(where + "block_size must be two positive integers");

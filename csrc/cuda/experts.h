@@ -40,6 +40,7 @@ struct FormatOptions {
     int block_out = 128, block_in = 128;  // fp8_block block size
     std::string scale_dtype = "f32";      // fp8_block scales: "f32" or "bf16"
     std::string bias_dtype = "bf16";      // expert biases where present: "bf16" or "f32"
+    int ggml_types[3] = {-1, -1, -1};     // gguf: ggml type ids of gate, up and down rows
 };
 
 // Device bytes the forward needs for its routing tables and the activations between gate_up
@@ -61,6 +62,9 @@ uintptr_t error_flag(uintptr_t workspace);
 
 // Formats that have a CUDA kernel (registered by csrc/formats/<name>/cuda.cu), sorted.
 std::vector<std::string> experts_formats();
+
+// The ggml types the gguf format decodes on the GPU (csrc/formats/gguf/cuda.cu), its table order.
+std::vector<std::string> ggml_cuda_types();
 
 // A read-only streaming kernel over `bytes` bytes at `ptr` (the bench's bandwidth ceiling);
 // XORs what it read into `sink` (1024 uint32 words) so nothing is optimised away.

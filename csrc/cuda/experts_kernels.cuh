@@ -51,6 +51,7 @@ struct KernelParams {
     int gu_bias_bank, down_bias_bank;  // bank index, -1 when the layer has no biases
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
+    int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62

@@ -29,7 +29,7 @@ def _forward(rt, torch, fmt, view, num_slots, dtypes, H, I, x, ids, w, activatio
     """One layer-step on a pool (or staging) view: pairs routed to experts this view does not
     hold are skipped by the kernels, so passes over the cache and staging add up."""
     from ..formats import get_format
-    from .cuda_experts import _activation, workspace
+    from .cuda_experts import _activation, ggml_type_ids, workspace
 
     T, K = ids.shape
     dev = torch.device("cuda")
@@ -46,7 +46,8 @@ def _forward(rt, torch, fmt, view, num_slots, dtypes, H, I, x, ids, w, activatio
     rt.cuda_experts_forward(
         fmt.name, list(view.bank_base), list(view.row_bytes), view.slot_of_expert, view.num_experts, num_slots,
         H, I, T, K, xb.data_ptr(), ids_t.data_ptr(), w_t.data_ptr(), out.data_ptr(), ws.data_ptr(),
-        ws.numel() * ws.element_size(), kind, alpha, limit, int(bo), int(bi), scale, bias, stream)
+        ws.numel() * ws.element_size(), kind, alpha, limit, int(bo), int(bi), scale, bias, stream,
+        ggml_type_ids(fmt))
     return out
 
 
@@ -63,15 +64,14 @@ def cuda_step(ctx) -> None:
                                "(ftw.runtime.build_info() says what was built)")
     rng = np.random.default_rng(ctx.seed)
     model, f, rep = ctx.reader.model, ctx.f, ctx.report
-    supported = set(cuda_experts.cuda_formats())
     run = []
     for layer, _ in ctx.common_layers():
         r = rep.layers[layer]
         if not r.ok:
             continue
         fmt = f.layer_formats[layer]
-        if fmt.name not in supported:
-            reason = f"no CUDA kernel for {fmt.key()}"
+        reason = cuda_experts.unsupported_reason(fmt)  # per format, and per ggml type for gguf
+        if reason is not None:
             r.runtime = {"runtime": "cuda", "run": False, "reason": reason}
             (r.problems if rep.strict else r.notes).append(f"not run on cuda: {reason}")
         else:

@@ -42,6 +42,36 @@ def cuda_formats() -> list[str]:
     return list(_runtime.cuda_experts_formats())
 
 
+def cuda_ggml_types() -> list[str]:
+    """ggml types the gguf format decodes on the GPU in this build (empty without CUDA)."""
+    return list(_runtime.cuda_ggml_types())
+
+
+def ggml_type_ids(fmt: LayerFormat) -> list[int]:
+    """The (gate, up, down) ggml type ids a gguf layer's kernel reads; [] for other formats."""
+    if fmt.name != "gguf":
+        return []
+    from ..formats.ggml_types import ggml_type_named
+    from ..formats.gguf import Gguf
+
+    return [ggml_type_named(t, f"layer format {fmt.key()}").id for t in Gguf.types(fmt.options)]
+
+
+def unsupported_reason(fmt: LayerFormat) -> str | None:
+    """Why a layer of this format cannot run on the GPU in this build, or None when it can:
+    the format has no CUDA kernel, or (gguf) a projection's ggml type has no CUDA decoder."""
+    if fmt.name not in cuda_formats():
+        return f"no CUDA kernel for {fmt.key()}"
+    if fmt.name == "gguf":
+        from ..formats.gguf import Gguf
+
+        have = set(cuda_ggml_types())
+        missing = [f"{proj} {t}" for proj, t in zip(("gate", "up", "down"), Gguf.types(fmt.options)) if t not in have]
+        if missing:
+            return f"no CUDA decoder for ggml type {', '.join(missing)} (CUDA types: {', '.join(cuda_ggml_types())})"
+    return None
+
+
 def available() -> bool:
     """True when this build has the CUDA kernels and torch sees a GPU."""
     return bool(cuda_formats()) and torch.cuda.is_available()
@@ -148,6 +178,18 @@ def _bank_args(view: LayerView, H: int, I: int) -> tuple[list[int], list[int], s
     return bases, strides, bias_dtype, scale_dtype
 
 
+def _intermediate(view: LayerView) -> int:
+    """I of a layer: gate_up is [S, 2I, ...], except gguf, whose down rows [S, H, row bytes] hold
+    I values of the down type (gate_up may be one flat byte row per expert)."""
+    if view.format.name == "gguf":
+        from ..formats.ggml_types import ggml_type_named
+        from ..formats.gguf import Gguf
+
+        t = ggml_type_named(Gguf.types(view.format.options)[2])
+        return int(view.banks["down"].shape[2]) // t.nbytes * t.block
+    return int(view.banks["gate_up"].shape[1]) // 2
+
+
 def check_routing(view: LayerView, topk_ids: torch.Tensor, where: str = "") -> None:
     """Host-side check (synchronises): every routed expert in range and resident in a slot."""
     E, S = view.num_experts, view.num_slots
@@ -194,9 +236,12 @@ def experts_forward(
     where = f"cuda experts, layer format {fmt.key()}: "
     if fmt.name not in cuda_formats():
         raise UnsupportedError(f"{where}no CUDA kernel for {fmt.name!r} (CUDA formats: {', '.join(cuda_formats())})")
+    reason = unsupported_reason(fmt)
+    if reason is not None:
+        raise UnsupportedError(where + reason)
     dev = view.slot_of_expert.device
     H = int(view.banks["down"].shape[1])
-    I = int(view.banks["gate_up"].shape[1]) // 2  # noqa: E741
+    I = _intermediate(view)  # noqa: E741
     if x.dim() != 2 or x.shape[1] != H:
         raise FormatError(f"{where}x must be [T, {H}], got {list(x.shape)}")
     T = int(x.shape[0])
@@ -231,7 +276,7 @@ def experts_forward(
         fmt.name, bases, strides, view.slot_of_expert.data_ptr(), view.num_experts, view.num_slots,
         H, I, T, K, xb.data_ptr(), ids.data_ptr(), wts.data_ptr(), out.data_ptr(), ws.data_ptr(),
         ws.numel() * ws.element_size(), kind, alpha, limit, int(bo), int(bi), scale_dtype, bias_dtype,
-        s.cuda_stream,
+        s.cuda_stream, ggml_type_ids(fmt),
     )
     if check:
         err = read_error(ws)
@@ -253,4 +298,4 @@ def stream_read(buf: torch.Tensor, sink: torch.Tensor, stream: torch.cuda.Stream
 
 
 __all__ = ["LayerView", "identity_view", "experts_forward", "check_routing", "read_error", "cuda_formats",
-           "available", "workspace", "stream_read"]
+           "cuda_ggml_types", "ggml_type_ids", "unsupported_reason", "available", "workspace", "stream_read"]

@@ -1,0 +1,214 @@
+"""GGUF layers on the GPU (csrc/formats/gguf/cuda.cu) against the float64 reference.
+
+Every test needs a GPU (marked `gpu`, skipped elsewhere). Rows are fresh random ggml blocks (random
+quant bytes, random positive scales in each type's f16/e8m0 scale fields); the reference is
+gguf.quants' own dequantization of those bytes (ftw.formats.get_format("gguf").decode), in
+float64, with x rounded to bf16 as the kernel rounds it.
+
+Tolerance, as ||out - ref|| / ||ref|| over the whole [T, H] output: REL_TOL = 8e-3. The kernel
+decodes each 32-value sub-block bit-exactly to ggml's float32 values, then rounds them to bf16
+(<= 2^-9 relative per weight: ggml scales carry 11 significant bits, bf16 8); the activation
+between gate_up and down is stored as bf16 too; products accumulate in float32. Independent
+roundings of gate, up, act and down give about 2.5e-3 expected; a wrong block layout gives
+errors of order 1. Run with -s to print the measured error of every case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from gguf import quants  # noqa: E402
+from gguf.constants import GGMLQuantizationType as Q  # noqa: E402
+
+from ftw.errors import UnsupportedError  # noqa: E402
+from ftw.formats import Activation, LayerFormat, get_format  # noqa: E402
+from ftw.formats.ggml_types import ggml_type_named  # noqa: E402
+from ftw.runtime import cuda_experts as ce  # noqa: E402
+
+if "gguf" not in ce.cuda_formats():
+    pytest.skip("ftw._runtime was built without the gguf CUDA kernels", allow_module_level=True)
+
+REL_TOL = 8e-3
+TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q5_K", "Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1",
+         "Q2_K", "Q3_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"]
+
+# byte offsets of each type's f16 scale fields in a block: (d fields, offset fields (m / dmin))
+SCALES = {"Q8_0": ([0], []), "Q4_0": ([0], []), "Q4_1": ([0], [2]), "Q5_0": ([0], []), "Q5_1": ([0], [2]),
+          "IQ4_NL": ([0], []), "Q2_K": ([80], [82]), "Q3_K": ([108], []), "Q4_K": ([0], [2]),
+          "Q5_K": ([0], [2]), "Q6_K": ([208], []), "IQ4_XS": ([0], []), "IQ2_XXS": ([0], []),
+          "IQ2_XS": ([0], []), "IQ3_XXS": ([0], []), "IQ3_S": ([0], [])}
+SILU = Activation("silu")
+
+
+def test_every_ggml_type_has_a_cuda_decoder():
+    assert ce.cuda_ggml_types() == TYPES
+
+
+def _decode(blocks: np.ndarray, name: str, n: int) -> np.ndarray:
+    return quants.dequantize(blocks.reshape(-1, blocks.shape[-1]), Q[name]).reshape(*blocks.shape[:-1], n)
+
+
+def ggml_rows(name: str, rows: int, n: int, rng: np.random.Generator, spread: float = 3.0) -> np.ndarray:
+    """[rows, row bytes] of random `name` blocks whose values have a standard deviation near
+    spread / sqrt(n), so a dot with a unit-normal x of n values comes out near `spread`."""
+    t = ggml_type_named(name)
+    nb = n // t.block
+    b = rng.integers(0, 256, (rows, nb, t.nbytes), dtype=np.uint8)
+    if name == "MXFP4":
+        b[..., 0] = 128  # 1.0: measure the spread, then pick exponents
+        s1 = float(np.std(_decode(b.reshape(rows, -1), name, n)))
+        e = 127 + int(np.round(np.log2(spread / np.sqrt(n) / s1))) + 1
+        b[..., 0] = rng.integers(e - 1, e + 2, (rows, nb))
+        return b.reshape(rows, -1)
+    d_at, m_at = SCALES[name]
+    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    for off in d_at + m_at:
+        b[..., off:off + 2] = one
+    s1 = float(np.std(_decode(b.reshape(rows, -1), name, n)))
+    d = (spread / np.sqrt(n) / s1 * rng.uniform(0.5, 1.5, (rows, nb))).astype(np.float16)
+    for off in d_at:
+        b[..., off:off + 2] = d.view(np.uint8).reshape(rows, nb, 2)
+    for off in m_at:  # Q4_1/Q5_1 m (added) and K-quant dmin (subtracted): of the order of d's effect
+        m = (d.astype(np.float32) * rng.uniform(-8.0, 8.0, (rows, nb)) if name in ("Q4_1", "Q5_1")
+             else d.astype(np.float32) * rng.uniform(0.5, 2.0, (rows, nb))).astype(np.float16)
+        b[..., off:off + 2] = m.view(np.uint8).reshape(rows, nb, 2)
+    return b.reshape(rows, -1)
+
+
+def gguf_layer(types, H, I, E, rng, spread=3.0):  # noqa: E741
+    """(options, banks) of one gguf layer: types = (gate, up, down)."""
+    gate, up, down = types
+    g = np.stack([ggml_rows(gate, I, H, rng, spread) for _ in range(E)])
+    u = np.stack([ggml_rows(up, I, H, rng, spread) for _ in range(E)])
+    d = np.stack([ggml_rows(down, H, I, rng, spread) for _ in range(E)])
+    if gate == up:
+        opts = {"gate_up_type": gate, "down_type": down}
+        gu = np.concatenate([g, u], axis=1)  # [E, 2I, row bytes]
+    else:
+        opts = {"gate_type": gate, "up_type": up, "down_type": down}
+        gu = np.concatenate([g.reshape(E, -1), u.reshape(E, -1)], axis=1)  # one flat byte row per expert
+    return opts, {"gate_up": gu, "down": d}
+
+
+def reference(opts, banks, H, I, x64, ids, wts, act=SILU):  # noqa: E741
+    fmt = get_format("gguf")
+    cache = {}
+    out = np.zeros((x64.shape[0], H))
+    for t in range(x64.shape[0]):
+        for k in range(ids.shape[1]):
+            e = int(ids[t, k])
+            if e not in cache:
+                cache[e] = fmt.decode({n: v[e] for n, v in banks.items()}, H, I, opts)
+            w = cache[e]
+            out[t] += float(wts[t, k]) * (w["down"] @ act.apply(w["gate"] @ x64[t], w["up"] @ x64[t]))
+    return out
+
+
+def routing(T, K, E, rng):
+    ids = np.stack([rng.choice(E, K, replace=False) for _ in range(T)]).astype(np.int32)
+    return ids, rng.uniform(0.05, 1.0, (T, K)).astype(np.float32)
+
+
+def bf16_x(T, H, rng):
+    x = torch.from_numpy(rng.standard_normal((T, H)).astype(np.float32)).to(torch.bfloat16)
+    return x.cuda(), x.float().double().numpy()
+
+
+def rel_err(out, ref) -> float:
+    o = out.double().cpu().numpy()
+    assert np.isfinite(o).all(), "non-finite output"
+    return float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
+
+
+def run(opts, banks, x, ids, wts, act=SILU):
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    return ce.experts_forward(view, x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(), act)
+
+
+def check(types, T, seed, H=512, I=256, E=8, K=4):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    opts, banks = gguf_layer(types, H, I, E, rng)
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(T, K, E, rng)
+    err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, H, I, x64, ids, wts))
+    print(f"gguf cuda accuracy {'/'.join(types)} T={T}: {err:.2e}")
+    assert err < REL_TOL, f"{types} T={T}: {err:.3g}"
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("T", [1, 5, 40])  # decode (T <= 8) and the routed prefill path
+def test_every_type_against_gguf_quants(name, T):
+    check((name, name, name), T, [T, TYPES.index(name)])
+
+
+@pytest.mark.parametrize("types", [("Q4_K", "Q6_K", "Q8_0"), ("IQ2_XS", "IQ3_S", "Q2_K"),
+                                   ("MXFP4", "Q5_1", "IQ4_XS"), ("Q3_K", "IQ2_XXS", "IQ3_XXS")])
+@pytest.mark.parametrize("T", [2, 40])
+def test_gate_and_up_of_different_types(types, T):
+    check(types, T, [99, T, sum(map(ord, "".join(types)))])
+
+
+def test_agrees_with_the_cpu_executor():
+    from ftw.loader import ExpertBanks
+    from ftw.runtime import CpuMoeExecutor
+
+    rng = np.random.default_rng(17)
+    H, I, E, K, T = 512, 256, 8, 4, 6  # noqa: E741
+    for types in [("Q4_K", "Q4_K", "Q6_K"), ("IQ3_S", "Q5_0", "MXFP4")]:
+        opts, banks = gguf_layer(types, H, I, E, rng)
+        x, x64 = bf16_x(T, H, rng)
+        ids, wts = routing(T, K, E, rng)
+        layer = ExpertBanks({k: {0: v} for k, v in banks.items()}, {0: LayerFormat.of("gguf", opts)}, E)
+        cpu = CpuMoeExecutor(layer, threads=4, activation=SILU).forward(0, x64.astype(np.float32), ids, wts)
+        err = rel_err(run(opts, banks, x, ids, wts), np.asarray(cpu, dtype=np.float64))
+        print(f"gguf cuda vs cpu executor {'/'.join(types)}: {err:.2e}")
+        assert err < REL_TOL
+
+
+def test_model_mixing_four_type_pairs_through_one_bank_set():
+    """Four gguf layers of four type pairs merged into one union bank set (merge_expert_banks);
+    hidden states flow layer to layer."""
+    from ftw.loader import ExpertBanks, merge_expert_banks
+
+    rng = np.random.default_rng(21)
+    H, I, E, K, T = 512, 256, 8, 4, 3  # noqa: E741
+    pairs = [("Q4_K", "Q4_K", "Q6_K"), ("Q8_0", "Q8_0", "Q8_0"), ("IQ2_XS", "IQ2_XS", "IQ4_NL"),
+             ("Q3_K", "Q4_K", "Q5_K")]
+    parts, made = [], {}
+    for layer, types in enumerate(pairs):
+        opts, banks = gguf_layer(types, H, I, E, rng, spread=2.0)
+        made[layer] = (opts, banks)
+        parts.append(ExpertBanks({k: {layer: v} for k, v in banks.items()}, {layer: LayerFormat.of("gguf", opts)}, E))
+    merged = merge_expert_banks(parts)
+    x, x64 = bf16_x(T, H, rng)
+    for layer, (opts, banks) in made.items():
+        fmt = merged.layer_formats[layer]
+        layer_banks = {k: merged.banks[k][layer] for k in get_format("gguf").bank_names if k in merged.banks}
+        ids, wts = routing(T, K, E, rng)
+        out = ce.experts_forward(ce.identity_view(fmt, layer_banks), x, torch.from_numpy(ids).cuda(),
+                                 torch.from_numpy(wts).cuda(), SILU)
+        err = rel_err(out, reference(opts, banks, H, I, x64, ids, wts))
+        print(f"gguf cuda mixed model layer {layer} {'/'.join(pairs[layer])}: {err:.2e}")
+        assert err < REL_TOL, f"layer {layer} {pairs[layer]}"
+        nxt = (out / out.norm(dim=1, keepdim=True) * np.sqrt(H)).to(torch.bfloat16)
+        x, x64 = nxt, nxt.float().double().cpu().numpy()
+
+
+def test_type_without_cuda_decoder_refused_by_name():
+    rng = np.random.default_rng(4)
+    H, I, E = 256, 256, 2  # noqa: E741
+    opts, banks = gguf_layer(("Q8_0", "Q8_0", "Q8_0"), H, I, E, rng)
+    opts["down_type"] = "F16"
+    banks["down"] = rng.standard_normal((E, H, I)).astype(np.float16).view(np.uint8)
+    x, _ = bf16_x(1, H, rng)
+    ids, wts = routing(1, 2, E, rng)
+    with pytest.raises(UnsupportedError, match="no CUDA decoder for ggml type down F16"):
+        run(opts, banks, x, ids, wts)
