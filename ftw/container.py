@@ -534,12 +534,13 @@ class FtwFile:
         one scratch row."""
         info, lo, hi = task
         table = self._row_table(info)
-        start = int(table[lo])
-        stored = np.empty(int(table[hi]) - start, np.uint8)
-        read_exact(self._fd_open(), stored, info.blob.offset + start, self.path, FormatError)
+        sizes = np.diff(table[lo : hi + 1].astype(np.int64))
+        stored = memoryview(np.empty(int(sizes.max(initial=0)), np.uint8))  # reused: no fresh pages per row
         scratch = np.empty(info.row_nbytes, np.uint8)
+        fd = self._fd_open()
         for e in range(lo, hi):
-            frame = memoryview(stored)[int(table[e]) - start : int(table[e + 1]) - start]
+            frame = stored[: int(table[e + 1] - table[e])]
+            read_exact(fd, frame, info.blob.offset + int(table[e]), self.path, FormatError)
             self.decode_frame(info, e, scratch, frame)
 
     # -- lifetime -----------------------------------------------------------------------
