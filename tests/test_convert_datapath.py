@@ -157,3 +157,31 @@ def test_slab_reads_an_entry_with_pread_and_names_a_shard_cut_short(tmp_path, re
     with pytest.raises(SourceError, match=f"{index.info(name).shard}.*shrank"):
         index.slab(name, E - 1)
     index.close()
+
+
+def test_a_filesystem_that_refuses_direct_writes_gets_plain_ones(tmp_path, monkeypatch):
+    """tmpfs on older kernels and some FUSE mounts take O_DIRECT and then refuse the write
+    (EINVAL): the same buffers go out with plain writes, and the file is the same."""
+    import fcntl
+
+    from ftw.writers import sink
+
+    real = os.pwrite
+    refused = []
+
+    def pwrite(fd, data, offset):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & sink.O_DIRECT:
+            refused.append(offset)
+            raise OSError(22, "Invalid argument")
+        return real(fd, data, offset)
+
+    src = os.path.join(SAMPLES, "st", "mixed_bf16_nvfp4")
+    with open_checkpoint(src) as reader:
+        write_plan(plan_conversion(reader), reader, tmp_path / "a.ftw")
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    with open_checkpoint(src) as reader:
+        write_plan(plan_conversion(reader), reader, tmp_path / "b.ftw")
+    assert refused  # the direct write was tried, refused, and redone plainly
+    assert (tmp_path / "a.ftw").read_bytes() == (tmp_path / "b.ftw").read_bytes()
+    with ftw.open(tmp_path / "b.ftw") as f:
+        f.verify()
