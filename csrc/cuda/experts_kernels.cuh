@@ -621,18 +621,20 @@ inline int k_split(int in, int vec) {
 
 // Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
 // Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
-// reuse every decoded weight across the 64 pairs.
-template <class Dec>
+// reuse every decoded weight across the 64 pairs. DecDown: down's decoder where it differs from
+// gate_up's (gguf picks one per projection from the layer's ggml types).
+template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
     const int pairs = p.T * p.K;
     if (pairs <= kDecodeMaxPairs && p.T <= 8) {
-        constexpr int NT = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
-        const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, Dec::VEC);
+        constexpr int NT0 = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
+        constexpr int NT1 = DecDown::VEC == 8 ? 2 : 1;
+        const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, DecDown::VEC);
         const int ny = std::min(pairs, 8);  // each block row serves every 8th distinct expert
-        dim3 g0((p.I + NT * 8 - 1) / (NT * 8), ny), g1((p.H + NT * 16 - 1) / (NT * 16), ny);
-        experts_decode<Dec, 0, NT><<<g0, 32 * ks0, 0, stream>>>(p);
+        dim3 g0((p.I + NT0 * 8 - 1) / (NT0 * 8), ny), g1((p.H + NT1 * 16 - 1) / (NT1 * 16), ny);
+        experts_decode<Dec, 0, NT0><<<g0, 32 * ks0, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_decode<Dec, 1, NT><<<g1, 32 * ks1, 0, stream>>>(p);
+        experts_decode<DecDown, 1, NT1><<<g1, 32 * ks1, 0, stream>>>(p);
         check_launch("down kernel");
     } else {
         constexpr int MT = 4, NT = 2, RG = 4;
@@ -641,7 +643,7 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
         dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
         experts_proj<Dec, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<Dec, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
+        experts_proj<DecDown, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
         check_launch("down kernel");
     }
 }

@@ -14,6 +14,8 @@ Numerics: x is rounded to bf16; weights are decoded exactly to bf16 (nvfp4's flo
 multiplies each row's sum, fp8_block's float32 block scale each 64-value chunk's partial sum);
 products accumulate in float32 on the tensor cores; the activation between gate_up and down is
 rounded to bf16; out is float32. Measured error against float64: 0.85e-3 to 1.7e-3 relative.
+gguf is the exception: ggml's float32 values (decoded bit-exactly per 32-value sub-block) are
+rounded to bf16, <= 2^-9 relative per weight; measured 0.2e-3 to 6e-3 (tests/test_cuda_kernels_gguf.py).
 
 Launches per layer-step: decode (T <= 8, T * top_k <= 128) two kernels, each block finding its
 expert from topk_ids itself; prefill a routing kernel (pairs grouped by expert into tiles of

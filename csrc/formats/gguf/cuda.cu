@@ -5,7 +5,8 @@
 // does (bit-exact float32: products rounded in ggml's order, no FMA contraction), then rounded to
 // bf16 for the tensor cores. The type is a value of the row (a layer's gate, up and down may
 // differ), so one kernel instantiation covers every type pair; the per-type work is one switch,
-// generated from the one type list below (FTW_GGML_CUDA_TYPES).
+// generated from the one type list below (FTW_GGML_CUDA_TYPES). Q4_K alone also has a decoder
+// of its own (below), used where a projection's rows are all Q4_K.
 //
 // Numerics: a bf16 weight is within 2^-9 of ggml's float32 value (relative), unlike the other
 // formats whose decoded values are exact in bf16; the error of a dot product averages out to a
@@ -14,7 +15,9 @@
 // Loads: a ggml block is not 16-byte aligned in general (Q8_0: 34 bytes, MXFP4: 17), so the
 // decoder reads 32-bit words at any byte address (two aligned loads and a funnel shift) through
 // the read-only cache; the unit's load is deferred to decode (Raw is the block's address), which
-// keeps registers low for the largest types (Q6_K reads 64 bytes for 32 values).
+// keeps registers low for the largest types (Q6_K reads 64 bytes for 32 values). Q4_K, whose
+// 144-byte blocks keep 16-byte alignment, has its own decoder that loads a ring stage ahead
+// (Q4KDecoder, ~1.5x); the launch picks a decoder per projection.
 #include <string>
 #include <vector>
 
@@ -368,15 +371,33 @@ struct IQ3_S {
 
 // ---- the decoder the kernels use --------------------------------------------------------------
 
-// values 32u..32u+31 of a row of ggml type `type` starting at `row`
-__device__ __forceinline__ void decode_unit(int type, const uint8_t* row, int u, float (&y)[32]) {
+// Where unit u (values 32u..32u+31) of a row of ggml type `type` lies: its block and the unit's
+// index in the block (block nullptr for a type without a decoder).
+struct Unit {
+    const uint8_t* block;
+    int sub;
+};
+
+__device__ __forceinline__ Unit locate(int type, const uint8_t* row, int u) {
     switch (type) {
-#define FTW_GGML_CASE(T)                                                                       \
-    case T::size.id: {                                                                         \
-        constexpr int per = T::size.block_values / 32;                                         \
-        T::sub(row + int64_t(u / per) * T::size.block_bytes, u % per, y);                      \
-        return;                                                                                \
+#define FTW_GGML_CASE(T)                                                                        \
+    case T::size.id: {                                                                          \
+        constexpr int per = T::size.block_values / 32;                                          \
+        return {row + int64_t(u / per) * T::size.block_bytes, u % per};                         \
     }
+        FTW_GGML_CUDA_TYPES(FTW_GGML_CASE)
+#undef FTW_GGML_CASE
+        default: return {nullptr, 0};
+    }
+}
+
+// the unit's 32 values, bit-exact to ggml's float32 ones
+__device__ __forceinline__ void decode_unit(int type, const Unit& unit, float (&y)[32]) {
+    switch (type) {
+#define FTW_GGML_CASE(T)               \
+    case T::size.id:                   \
+        T::sub(unit.block, unit.sub, y); \
+        return;
         FTW_GGML_CUDA_TYPES(FTW_GGML_CASE)
 #undef FTW_GGML_CASE
         default:  // refused on the host before launch; zeros rather than garbage if ever reached
@@ -403,8 +424,8 @@ struct GgmlDecoder {
         int type;
     };
     struct Raw {
-        const uint8_t* p;
-        int u, type;
+        Unit unit;
+        int type;
     };
     // gate_up: gate's I rows then up's I rows (each in its own type); down: H rows
     __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
@@ -414,16 +435,85 @@ struct GgmlDecoder {
         const int64_t gate_bytes = int64_t(p.I) * row_bytes_of(p.ggml_type[0], p.H);
         return {base + gate_bytes + int64_t(r - p.I) * row_bytes_of(p.ggml_type[1], p.H), p.ggml_type[1]};
     }
-    __device__ static Raw load(const Row& row, int u) { return {row.p, u, row.type}; }
+    // Only locates the unit: its bytes are read in decode (a Raw holding them would cost every
+    // type the largest one's registers). Prefetching the block into L2 here was measured no
+    // faster on the H200 (docs/BENCHMARKS.md), so there is none.
+    __device__ static Raw load(const Row& row, int u) { return {locate(row.type, row.p, u), row.type}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         float y[32];
-        decode_unit(raw.type, raw.p, raw.u, y);
+        decode_unit(raw.type, raw.unit, y);
 #pragma unroll
         for (int i = 0; i < 16; ++i) w[i] = pack_bf16x2(y[2 * i], y[2 * i + 1]);
     }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_identity(x, a); }
     __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
 };
+
+// Q4_K rows whose blocks sit on 16-byte boundaries (144-byte blocks: whenever the bank base and
+// slot stride are 16-byte aligned, as the pools make them): the unit's bytes are loaded a ring
+// stage ahead as three 16-byte vectors (the block's d, dmin and 12 scale bytes; the 32 bytes of
+// nibbles of its sub-block pair), and decoded from registers. The same values as Q4_K::sub.
+struct Q4KDecoder {
+    static constexpr int VEC = 32;
+    using Row = GgmlDecoder::Row;
+    struct Raw {
+        uint4 head, q0, q1;
+        int j;  // the unit's sub-block in its block
+    };
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) { return GgmlDecoder::row(p, proj, slot, r); }
+    __device__ static Raw load(const Row& row, int u) {
+        const uint8_t* b = row.p + int64_t(u >> 3) * Q4_K::size.block_bytes;
+        const int j = u & 7;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
+        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), j};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint4 h = raw.head;
+        const int j = raw.j;
+        const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+        auto sb = [&](int i) {  // scale byte i (0..11): bytes 4..15 of the block
+            const uint32_t v = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+            return (v >> (8 * (i & 3))) & 0xFFu;
+        };
+        uint32_t sc, mn;
+        if (j < 4) {
+            sc = sb(j) & 63;
+            mn = sb(j + 4) & 63;
+        } else {
+            sc = (sb(j + 4) & 15) | ((sb(j - 4) >> 2) & 0x30);
+            mn = (sb(j + 4) >> 4) | ((sb(j) >> 2) & 0x30);
+        }
+        const float d1 = d * float(sc), m1 = dmin * float(mn);
+        const uint32_t q[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const float a = mul_sub(d1, float((byte_of(q, 2 * i) >> shift) & 15), m1);
+            const float c = mul_sub(d1, float((byte_of(q, 2 * i + 1) >> shift) & 15), m1);
+            w[i] = pack_bf16x2(a, c);
+        }
+    }
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_identity(x, a); }
+    __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
+};
+
+// The launch: a projection of Q4_K rows (gate and up both, or down) on 16-byte boundaries takes
+// Q4KDecoder, everything else the table-driven GgmlDecoder.
+void launch(const KernelParams& p, cudaStream_t stream) {
+    constexpr int q4k = Q4_K::size.id;
+    auto aligned = [&](int bank) { return reinterpret_cast<uintptr_t>(p.bank[bank]) % 16 == 0 && p.row_bytes[bank] % 16 == 0; };
+    const bool gu = p.ggml_type[0] == q4k && p.ggml_type[1] == q4k && aligned(0);
+    const bool dn = p.ggml_type[2] == q4k && aligned(1);
+    if (gu && dn)
+        launch_experts<Q4KDecoder, Q4KDecoder>(p, stream);
+    else if (gu)
+        launch_experts<Q4KDecoder, GgmlDecoder>(p, stream);
+    else if (dn)
+        launch_experts<GgmlDecoder, Q4KDecoder>(p, stream);
+    else
+        launch_experts<GgmlDecoder, GgmlDecoder>(p, stream);
+}
 
 struct HostType {
     const char* name;
@@ -478,6 +568,8 @@ std::vector<std::string> ggml_cuda_types() {
     return names;
 }
 
-FTW_CUDA_FORMAT(gguf, GgmlDecoder, needs, 2, 3, false);
+// registered by hand rather than with FTW_CUDA_FORMAT: the launch picks a decoder per projection
+static const CudaFormat kGguf = {"gguf", GgmlDecoder::VEC, needs, launch, 2, 3, false};
+static const CudaFormatRegistrar kGgufRegistrar(&kGguf);
 
 }  // namespace ftw::cuda
