@@ -98,22 +98,6 @@ def read_span(view) -> np.ndarray | None:
     return out
 
 
-MADV_POPULATE_READ = 22  # Linux >= 5.14; Python's mmap module does not name it
-MIN_POPULATE = 256 << 10  # below this, a few page faults cost less than the call
-
-
-def populate(mm: mmap.mmap, offset: int, nbytes: int) -> None:
-    """Map a byte range's pages in one call, for consumers that read it through the map:
-    faulting them in 4 KiB at a time costs more than a warm read (bench/bench_readers.py)."""
-    if nbytes < MIN_POPULATE:
-        return
-    start = offset - offset % mmap.PAGESIZE
-    try:
-        mm.madvise(MADV_POPULATE_READ, start, offset + nbytes - start)
-    except (OSError, ValueError, AttributeError):
-        pass  # an older kernel: page faults do the same, slower
-
-
 def release_pages(mm: mmap.mmap) -> None:
     """Drop the pages of a read-only file mapping from this process (MADV_DONTNEED): they
     stay in the page cache and fault back in on the next access, but stop counting towards

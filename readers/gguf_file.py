@@ -157,7 +157,7 @@ class GGUFFile:
             if self.size < 24:
                 raise SourceError(f"{path}: truncated GGUF file ({self.size} bytes, the header alone needs 24)")
             self._parse(_Cursor(fd, self.size, path))
-            self._mm = mapped.FileMap(fd, path)  # lets the writer copy rows in the kernel
+            self._mm = mapped.FileMap(fd, path)  # the writer finds the file and offset behind a row view
         finally:
             os.close(fd)
         self.data = np.frombuffer(self._mm, dtype=np.uint8)
@@ -239,9 +239,6 @@ class GGUFFile:
     def release_pages(self) -> None:
         if self.data is not None:
             mapped.release_pages(self._mm)
-
-    def populate(self, info: GgufTensor) -> None:
-        mapped.populate(self._mm, info.offset, info.nbytes)
 
     def close(self) -> None:
         self.data = None

@@ -220,7 +220,7 @@ class SafetensorsIndex:
                 size = os.fstat(f.fileno()).st_size
                 if size != self._sizes[path]:
                     raise SourceError(f"{path}: shard changed size since it was opened ({self._sizes[path]} -> {size})")
-                mm = mapped.FileMap(f.fileno(), path)  # lets the writer copy rows in the kernel
+                mm = mapped.FileMap(f.fileno(), path)  # the writer finds the file and offset behind a row view
             self._maps[path] = mm
         return mm
 

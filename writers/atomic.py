@@ -89,24 +89,6 @@ class AtomicFile:
             raise _io_error(self.path, "write", e) from None
         return total
 
-    def copy_from(self, src_fd: int, offset: int, nbytes: int) -> int:
-        """Append nbytes of another file, from offset, copied inside the kernel. Returns how
-        many were copied: fewer when the kernel stops after some progress, and an OSError
-        when it can copy nothing (a filesystem pair without copy_file_range)."""
-        done = 0
-        while done < nbytes:
-            try:
-                n = os.copy_file_range(src_fd, self.fd, nbytes - done, offset + done)
-            except OSError as e:
-                if done:
-                    break
-                e.filename = self.path  # errno kept: the caller tells "cannot copy" from "failed"
-                raise
-            if n == 0:
-                break
-            done += n
-        return done
-
     def commit(self) -> None:
         try:
             self._commit()
