@@ -3,10 +3,10 @@ helpers that turn a file shrinking under us into an error instead of a SIGBUS.
 
 Readers hand rows to the writer as zero-copy views of their maps. The writer never reads
 those views: it finds the file and offset behind them (through numpy's chain of bases, so
-the map is alive for as long as the view is), reads the bytes once with pread into a small
-buffer that feeds the checksum, and has the kernel copy them (copy_file_range). Nothing is
-touched through the map, so a source truncated mid-conversion ends in a short read naming
-the file (docs/BENCHMARKS.md, "Convert: every layout").
+the map is alive for as long as the view is) and reads the bytes once with pread, into the
+output buffer where the checksum reads them (writers/ftw_writer.py). Nothing is touched
+through the map, so a source truncated mid-conversion ends in a short read naming the file
+(docs/BENCHMARKS.md, "Convert: every layout").
 """
 
 from __future__ import annotations
