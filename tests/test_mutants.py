@@ -3,11 +3,16 @@ the mutation it kills; docs/TESTING.md lists every survivor with its judgement."
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 
-from ftw import spec
-from ftw.errors import FtwError
+from ftw import loader, spec
+from ftw.errors import FtwError, MergeError
+from ftw.formats import LayerFormat
 from ftw.layer_ranges import format_layers, parse_layers
+from ftw.loader import ExpertBanks, load_expert_banks, merge_expert_banks
 
 # --- ftw/layer_ranges.py ----------------------------------------------------------------------
 
@@ -57,3 +62,131 @@ def test_format_layers_is_the_inverse_of_parse_layers(layers, text):
     assert format_layers(layers) == text
     if layers:
         assert parse_layers(text) == sorted(layers)
+
+
+# --- ftw/loader.py ----------------------------------------------------------------------------
+
+LE, LH, LI = 4, 64, 32  # as in test_loader, whose layer builders make the banks
+
+
+@pytest.fixture(scope="module")
+def mixed_file(tmp_path_factory):
+    """bf16 at layers 0 and 3, nvfp4 at 1 and 2: random bytes, never zeros."""
+    from test_loader import _bf16_layer, _nvfp4_layer
+
+    from ftw.formats import ModelShape
+    from ftw.writers import FtwWriter
+
+    rng = np.random.default_rng()
+    path = tmp_path_factory.mktemp("mutants_loader") / "mixed.ftw"
+    model = ModelShape("test", LH, LI, LE, 2, 4, [0, 1, 2, 3])
+    expected = {}
+    with FtwWriter(path) as w:
+        w.set_model(model)
+        for layer in range(4):
+            lb, arrays = (_bf16_layer if layer in (0, 3) else _nvfp4_layer)(rng, layer)
+            w.add_layer(lb)
+            expected[layer] = arrays
+    return path, expected, model
+
+
+NVFP4_DTYPES = {"gate_up": "u8", "down": "u8", "gate_up_scale": "f8_e4m3", "down_scale": "f8_e4m3",
+                "gate_up_global": "f32", "down_global": "f32"}
+
+
+# kills: the bank dtypes lost or keyed wrongly (setdefault mutated in _load_format and merge,
+# dtypes= dropped from the merge); the model shape dropped by _load_format or by the merge
+def test_load_reports_bank_dtypes_and_the_model(mixed_file):
+    path, _, model = mixed_file
+    only_nvfp4 = load_expert_banks(path, layers=[1, 2])
+    assert only_nvfp4.dtypes == NVFP4_DTYPES
+    assert only_nvfp4.model == model
+    full = load_expert_banks(path)
+    assert full.model == model
+    # the first format loaded (bf16, layer 0) names the shared banks; the rest come from nvfp4
+    assert full.dtypes == {**NVFP4_DTYPES, "gate_up": "bf16", "down": "bf16"}
+
+
+# kills: progress(None), and chunk offsets / counts: the copy split at COPY_CHUNK, forced small
+# here so that every bank spans several chunks (lo - offset, hi + lo, a range without its step)
+def test_chunked_copy_is_exact_and_progress_counts_every_byte(mixed_file, monkeypatch):
+    path, expected, _ = mixed_file
+    monkeypatch.setattr(loader, "COPY_CHUNK", 1000)  # not a divisor of any bank's size
+    seen = []
+    eb = load_expert_banks(path, progress=seen.append, threads=3)
+    for layer, arrays in expected.items():
+        for name, a in arrays.items():
+            assert np.array_equal(eb.banks[name][layer], a), (name, layer)
+    assert all(isinstance(n, int) and 0 < n <= 1000 for n in seen)
+    assert sum(seen) == sum(a.nbytes for arrays in expected.values() for a in arrays.values())
+
+
+# kills: ExpertBanks.pinned None / True for a numpy load
+def test_a_numpy_load_is_not_pinned(mixed_file):
+    eb = load_expert_banks(mixed_file[0], layers=[0])
+    assert eb.pinned is False
+    assert all(isinstance(a, np.ndarray) for per_layer in eb.banks.values() for a in per_layer.values())
+
+
+# kills: numel() / element_size() in _nbytes (ExpertBanks.nbytes of torch banks); np.empty
+# instead of the page-aligned host buffer for pin=True; pinned tensors not page-locked (on CUDA)
+def test_pinned_load_counts_bytes_and_uses_page_aligned_locked_buffers(mixed_file):
+    torch = pytest.importorskip("torch")
+    path, expected, _ = mixed_file
+    eb = load_expert_banks(path, pin=True)
+    assert eb.nbytes == sum(a.nbytes for arrays in expected.values() for a in arrays.values())
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name, per_layer in eb.banks.items():
+        for layer, t in per_layer.items():
+            if t.numel():
+                assert t.data_ptr() % page == 0, (name, layer)
+                assert t.is_pinned() == torch.cuda.is_available(), (name, layer)
+
+
+# kills: the "nothing to merge" message lost; ExpertBanks.pinned not carried by the merge
+def test_merge_of_nothing_and_of_pinned_parts():
+    with pytest.raises(MergeError, match=r"^merge_expert_banks: nothing to merge$"):
+        merge_expert_banks([])
+    fmt = LayerFormat.of("bf16")
+
+    def part(layer, pinned):
+        a = np.random.default_rng().integers(1, 0xFFFF, (2, 8), dtype=np.uint16)
+        return ExpertBanks({"down": {layer: a}}, {layer: fmt}, 2, {"down": "bf16"}, None, pinned)
+
+    assert merge_expert_banks([part(0, True), part(1, True)]).pinned is True
+    assert merge_expert_banks([part(0, True), part(1, False)]).pinned is False
+
+
+# kills: sorted(None) when every layer's bank is empty (no layer has bytes)
+def test_merge_of_a_bank_empty_in_every_layer_takes_the_lowest_layers_dtype():
+    fmt = LayerFormat.of("bf16")
+    p0 = ExpertBanks({"bias": {2: np.empty((3, 0), np.float16)}}, {2: fmt}, 3, {"bias": "f16"})
+    p1 = ExpertBanks({"bias": {5: np.empty((3, 0), np.float32)}}, {5: fmt}, 3, {"bias": "f32"})
+    p2 = ExpertBanks({}, {7: fmt}, 3)
+    m = merge_expert_banks([p1, p2, p0])
+    assert m.layers == [2, 5, 7]
+    assert m.banks["bias"][7].shape == (3, 0) and m.banks["bias"][7].dtype == np.float16
+
+
+# kills: the "no MoE layers" error without its message
+def test_loading_no_layers_is_one_error_naming_the_file(mixed_file):
+    path = mixed_file[0]
+    with pytest.raises(FtwError, match=r"mixed\.ftw: no MoE layers to load"):
+        load_expert_banks(path, layers=[])
+
+
+# kills: `experts.pop() if experts else 0` with the guard removed (KeyError from an empty set)
+# or the fallback changed to 1: a layer of a format this ftw does not know may carry no banks
+def test_a_layer_without_banks_loads_as_empty(tmp_path):
+    from helpers_container import index_of, with_index, write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+    data = path.read_bytes()
+    ix = index_of(data)
+    ix["layers"]["3"]["banks"] = {}
+    ix["layer_quant_formats"]["3"] = {"name": "someday_fp3", "options": {}}
+    empty = tmp_path / "empty.ftw"
+    empty.write_bytes(with_index(data, ix))
+    eb = load_expert_banks(empty, layers=[3])
+    assert eb.layers == [3] and eb.banks == {} and eb.num_experts == 0 and eb.nbytes == 0
