@@ -134,16 +134,20 @@ def register_opener(opener: Opener) -> Opener:
     return opener
 
 
-def _load_builtin_openers() -> None:
-    # importing a module registers its opener; kept lazy so `import readers` stays cheap
-    from . import gguf_reader, safetensors_reader  # noqa: F401
+def _load_builtin_openers(path: str) -> None:
+    # importing a module registers its opener; kept lazy so `import readers` stays cheap, and
+    # the GGUF reader (tens of ms of imports) is loaded only for a path that can be a GGUF
+    from . import safetensors_reader  # noqa: F401
+
+    if path.lower().endswith(".gguf"):
+        from . import gguf_reader  # noqa: F401
 
 
 def open_checkpoint(path: str | os.PathLike) -> CheckpointReader:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise SourceError(f"{path}: no such file or folder")
-    _load_builtin_openers()
+    _load_builtin_openers(path)
     for opener in _OPENERS:
         reader = opener(path)
         if reader is not None:

@@ -13,6 +13,7 @@ from ftw.errors import SourceError, UnsupportedError
 from ftw.formats import Activation
 
 from . import register
+from ..rows import transposed
 from .base import Family
 from .common import check_names, expect, stacked_views
 
@@ -23,9 +24,11 @@ def _deinterleave(index, name: str, last: bool = False):
     """Row e of a stacked tensor as [gate part, up part] copies (even entries gate, odd up)."""
 
     def row(e: int) -> list[np.ndarray]:
-        a = index.array(name)[e]
+        # read with pread, not through the map: every byte is computed on, and a shard cut
+        # short must be a SourceError, not a SIGBUS
+        a = index.slab(name, e)
         if last:  # bf16 [H, 2I]: the interleave is on the last axis, and rows are transposed
-            return [np.ascontiguousarray(a[:, 0::2].T), np.ascontiguousarray(a[:, 1::2].T)]
+            return [transposed(a[:, 0::2]), transposed(a[:, 1::2])]
         return [np.ascontiguousarray(a[0::2]), np.ascontiguousarray(a[1::2])]
 
     return row
@@ -77,7 +80,7 @@ class GptOss(Family):
         down = n["down_proj"]
         banks = {
             "gate_up": _deinterleave(index, n["gate_up_proj"], last=True),
-            "down": lambda e: [np.ascontiguousarray(index.array(down)[e].T)],
+            "down": lambda e: [transposed(index.slab(down, e))],
         }
         if "gate_up_proj_bias" in n or "down_proj_bias" in n:
             check_names(group, ["gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias"])
