@@ -329,11 +329,15 @@ def check(reader, path: str | os.PathLike | FtwFile, *, experts: int = 3, runtim
                                                                          if lb.layer == layer)).key())
         ctx = CheckContext(f, reader, plan, report, experts, threads or min(4, os.cpu_count() or 1),
                            progress or (lambda n=0, layers=0: None), seed)
+        f.pread_only, was = True, f.pread_only  # a file cut short mid-check: an error, not a SIGBUS
         steps = list(STEPS)
         if runtime != "none":
             from .runtime.check_step import runtime_step
 
             steps.append(runtime_step(runtime))
-        for step in steps:
-            step(ctx)
+        try:
+            for step in steps:
+                step(ctx)
+        finally:
+            f.pread_only = was
         return report

@@ -143,6 +143,10 @@ class FtwFile:
             raise FtwError(f"{self.path}: cannot open: {e.strerror}") from None
         self._mm: mmap.mmap | None = None
         self._tables: dict[tuple[int, str], np.ndarray] = {}
+        # rows, tensors and attachments read with pread into fresh memory instead of handed
+        # out as views of the map: a file cut short while it is read is then a FormatError
+        # naming it, never a SIGBUS. `ftw check` turns it on; zero-copy views stay the default.
+        self.pread_only = False
         try:
             self._read_index()
         except BaseException:
@@ -302,6 +306,14 @@ class FtwFile:
                 raise FtwError(f"{self.path}: cannot map the file: {e.strerror or e}") from None
         return self._mm
 
+    def _bytes_at(self, offset: int, n: int) -> np.ndarray:
+        """File bytes [offset, offset + n) as uint8: a view of the map, or a pread copy."""
+        if self.pread_only:
+            out = np.empty(n, np.uint8)
+            self.read_into(offset, out)
+            return out
+        return np.frombuffer(self.mm, np.uint8, n, offset)
+
     def blob_bytes(self, blob: Blob) -> memoryview:
         return memoryview(self.mm)[blob.offset : blob.offset + blob.nbytes]
 
@@ -380,8 +392,7 @@ class FtwFile:
             raise FtwError(f"{self.path}: layer {layer} bank {name}: no expert {expert} (E={info.num_experts})")
         if info.codec == spec.RAW:
             offset = info.blob.offset + expert * info.row_nbytes
-            count = prod(info.row_shape)
-            return np.frombuffer(self.mm, spec.numpy_dtype(info.dtype), count, offset).reshape(info.row_shape)
+            return self._bytes_at(offset, info.row_nbytes).view(spec.numpy_dtype(info.dtype)).reshape(info.row_shape)
         out = np.empty(info.row_shape, dtype=spec.numpy_dtype(info.dtype))
         self.read_row_into(info, expert, out)
         return out
@@ -390,14 +401,17 @@ class FtwFile:
         """The stored (compressed) bytes of one expert row."""
         table = self._row_table(info)
         start, end = int(table[expert]), int(table[expert + 1])
-        return memoryview(self.mm)[info.blob.offset + start : info.blob.offset + end]
+        return memoryview(self._bytes_at(info.blob.offset + start, end - start))
 
     def read_row_into(self, info: BankInfo, expert: int, out: np.ndarray) -> None:
         """Decode expert's row into out (any array of row_nbytes bytes, contiguous)."""
         dst = out.reshape(-1).view(np.uint8)
         if info.codec == spec.RAW:
             start = info.blob.offset + expert * info.row_nbytes
-            dst[:] = np.frombuffer(self.mm, np.uint8, info.row_nbytes, start)
+            if self.pread_only:
+                self.read_into(start, dst)
+            else:
+                dst[:] = np.frombuffer(self.mm, np.uint8, info.row_nbytes, start)
             return
         if info.codec == spec.ZSTD_BYTESPLIT:
             planes = np.empty(info.row_nbytes, np.uint8)  # the planes must be interleaved anyway
@@ -462,11 +476,12 @@ class FtwFile:
         except KeyError:
             raise FtwError(f"{self.path}: no tensor {name!r}") from None
         dt = spec.numpy_dtype(info.dtype)
-        return np.frombuffer(self.mm, dt, prod(info.shape), info.blob.offset).reshape(info.shape)
+        return self._bytes_at(info.blob.offset, info.blob.nbytes).view(dt).reshape(info.shape)
 
     def attachment(self, name: str) -> bytes:
         try:
-            return bytes(self.blob_bytes(self.attachments[name]))
+            blob = self.attachments[name]
+            return self._bytes_at(blob.offset, blob.nbytes).tobytes()
         except KeyError:
             raise FtwError(f"{self.path}: no attachment {name!r} (has {sorted(self.attachments)})") from None
 

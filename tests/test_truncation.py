@@ -111,3 +111,37 @@ def test_ftw_cut_short_during_verify_and_reads_is_an_error_naming_it(tmp_path):
     assert [l.split()[0] for l in lines] == ["verify", "bank", "expert_row"], p.stdout
     for line in lines:
         assert "FormatError" in line and str(dst) in line and "shrank" in line, line
+
+
+def test_ftw_cut_short_during_check_is_an_error_naming_it(tmp_path):
+    """A cut after the map exists and the first layer was compared ends check in a FormatError
+    naming the file, never a SIGBUS. (FtwFile.mm re-checks the size on each use; check also
+    reads with pread, FtwFile.pread_only, so no window is left between that check and a read.)"""
+    from ftw.writers.convert import convert
+
+    src = os.path.join(SAMPLES, "st", "mixed_bf16_nvfp4")
+    dst = tmp_path / "x.ftw"
+    convert(src, dst)
+    code = """
+    import os, sys
+    import ftw
+    from ftw.check import check
+    from ftw.errors import FtwError
+    from ftw.readers import open_checkpoint
+    src, path = sys.argv[1], sys.argv[2]
+
+    def progress(n=0, layers=0):
+        if layers:  # one layer compared: cut the file under the check
+            os.truncate(path, 8192)
+
+    with ftw.open(path) as f, open_checkpoint(src) as reader:
+        f.mm  # mapped before the cut, as a long-running process would have it
+        try:
+            report = check(reader, f, progress=progress)
+            print("report", report.ok)
+        except FtwError as e:
+            print(type(e).__name__, e)
+    """
+    p = run_child(code, src, dst)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)  # -7 would be SIGBUS
+    assert "FormatError" in p.stdout and str(dst) in p.stdout, p.stdout
