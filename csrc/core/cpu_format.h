@@ -159,7 +159,9 @@ void matmul_by_chunks(const Dec& dec, const LayerBanks& L, const MatmulArgs& a) 
         for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
             const int64_t n = K - k0 < kChunk ? K - k0 : kChunk;
             dec.decode(ctx, r, k0, n, buf);
-            for (int64_t t = 0; t < a.ntok; ++t) acc[t] += dot(buf, a.X + t * a.ldx + k0, n);
+            int64_t t = 0;
+            for (; t + 4 <= a.ntok; t += 4) simd::dot4(buf, a.X + t * a.ldx + k0, a.ldx, n, acc + t);
+            for (; t < a.ntok; ++t) acc[t] += dot(buf, a.X + t * a.ldx + k0, n);
         }
         for (int64_t t = 0; t < a.ntok; ++t) a.Y[t * a.ldy + (r - a.r0)] = acc[t];
     }

@@ -65,6 +65,28 @@ inline float dot(const float* a, const float* b, int64_t n) {
     return s;
 }
 
+// out[j] += sum_i a[i] * x[j * ldx + i] for j < 4: four tokens against one decoded chunk, each
+// value of `a` loaded once for the four
+inline void dot4(const float* a, const float* x, int64_t ldx, int64_t n, float* out) {
+#if defined(FTW_SIMD_AVX512)
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 w = _mm512_loadu_ps(a + i);
+        c0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + i), c0);
+        c1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + ldx + i), c1);
+        c2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 2 * ldx + i), c2);
+        c3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 3 * ldx + i), c3);
+    }
+    float s[4] = {_mm512_reduce_add_ps(c0), _mm512_reduce_add_ps(c1), _mm512_reduce_add_ps(c2), _mm512_reduce_add_ps(c3)};
+    for (; i < n; ++i)
+        for (int j = 0; j < 4; ++j) s[j] += a[i] * x[j * ldx + i];
+    for (int j = 0; j < 4; ++j) out[j] += s[j];
+#else
+    for (int j = 0; j < 4; ++j) out[j] += dot(a, x + j * ldx, n);
+#endif
+}
+
 // 16 bf16 -> float
 inline void bf16x16(const uint16_t* w, float* out) {
 #if defined(FTW_SIMD_AVX512)
