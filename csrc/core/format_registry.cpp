@@ -1,16 +1,28 @@
 #include "core/format_registry.h"
 
+#include <algorithm>
+#include <string>
+
 namespace ftw::cpu {
 
-// defined in csrc/formats/<name>/cpu.cpp
-extern const FormatInfo kBf16, kFp8Block, kNvfp4, kMxfp4, kDsFp4, kMxfp8, kAffine, kGguf;
-
-const std::vector<const FormatInfo*>& formats() {
-    static const std::vector<const FormatInfo*> table = {
-        &kBf16, &kFp8Block, &kNvfp4, &kMxfp4, &kDsFp4, &kMxfp8, &kAffine, &kGguf,
-    };
-    return table;
+namespace {
+// a function-local static: registrars in other files run during static initialisation, in
+// an order the language leaves open, and each must find the table already constructed
+std::vector<const FormatInfo*>& table() {
+    static std::vector<const FormatInfo*> t;
+    return t;
 }
+}  // namespace
+
+FormatRegistrar::FormatRegistrar(const FormatInfo* f) {
+    auto& t = table();
+    auto at = std::lower_bound(t.begin(), t.end(), f, [](const FormatInfo* a, const FormatInfo* b) {
+        return std::string(a->name) < std::string(b->name);
+    });
+    t.insert(at, f);  // kept sorted by name: the order does not depend on link order
+}
+
+const std::vector<const FormatInfo*>& formats() { return table(); }
 
 std::vector<std::string> format_names() {
     std::vector<std::string> names;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -131,5 +132,6 @@ std::unique_ptr<Format> make(const Options& opts) {
 }  // namespace
 
 extern const FormatInfo kAffine = {"affine", make};
+FTW_CPU_FORMAT(kAffine);
 
 }  // namespace ftw::cpu

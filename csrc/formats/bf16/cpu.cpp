@@ -1,5 +1,6 @@
 // bf16 experts: gate_up [2I, H] bf16, down [H, I] bf16, optional bf16 biases.
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -38,5 +39,6 @@ struct Bf16Decoder {
 
 extern const FormatInfo kBf16 = {
     "bf16", [](const Options&) -> std::unique_ptr<Format> { return std::make_unique<ChunkedFormat<Bf16Decoder>>(Bf16Decoder{}); }};
+FTW_CPU_FORMAT(kBf16);
 
 }  // namespace ftw::cpu

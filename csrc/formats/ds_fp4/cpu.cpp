@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/decoders.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -52,5 +53,6 @@ std::unique_ptr<Format> make(const Options& o) {
 }  // namespace
 
 extern const FormatInfo kDsFp4 = {"ds_fp4", make};
+FTW_CPU_FORMAT(kDsFp4);
 
 }  // namespace ftw::cpu

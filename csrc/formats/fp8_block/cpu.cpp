@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -81,5 +82,6 @@ std::unique_ptr<Format> make(const Options& o) {
 }  // namespace
 
 extern const FormatInfo kFp8Block = {"fp8_block", make};
+FTW_CPU_FORMAT(kFp8Block);
 
 }  // namespace ftw::cpu

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 #include "formats/gguf/ggml_types.h"
 
 namespace ftw::cpu {
@@ -83,5 +84,6 @@ std::unique_ptr<Format> make(const Options& o) {
 }  // namespace
 
 extern const FormatInfo kGguf = {"gguf", make};
+FTW_CPU_FORMAT(kGguf);
 
 }  // namespace ftw::cpu

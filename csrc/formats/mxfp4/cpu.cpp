@@ -1,5 +1,6 @@
 // gpt-oss MXFP4 experts: e2m1 pairs with an E8M0 scale per 32 values, bf16 biases (required).
 #include "core/decoders.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -17,5 +18,6 @@ struct Mxfp4Decoder : Fp4E8m0Decoder {
 
 extern const FormatInfo kMxfp4 = {
     "mxfp4", [](const Options&) -> std::unique_ptr<Format> { return std::make_unique<ChunkedFormat<Mxfp4Decoder>>(Mxfp4Decoder{}); }};
+FTW_CPU_FORMAT(kMxfp4);
 
 }  // namespace ftw::cpu

@@ -1,5 +1,6 @@
 // MXFP8 experts: e4m3 weights with an E8M0 scale per 32 values along the input.
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -53,5 +54,6 @@ struct Mxfp8Decoder {
 
 extern const FormatInfo kMxfp8 = {
     "mxfp8", [](const Options&) -> std::unique_ptr<Format> { return std::make_unique<ChunkedFormat<Mxfp8Decoder>>(Mxfp8Decoder{}); }};
+FTW_CPU_FORMAT(kMxfp8);
 
 }  // namespace ftw::cpu

@@ -1,6 +1,7 @@
 // NVFP4 experts: e2m1 pairs (low nibble first), an e4m3 scale per 16 values and a float32
 // global per row: w = e2m1 * e4m3(scale) * global[row].
 #include "core/cpu_format.h"
+#include "core/format_registry.h"
 
 namespace ftw::cpu {
 namespace {
@@ -59,5 +60,6 @@ struct Nvfp4Decoder {
 
 extern const FormatInfo kNvfp4 = {
     "nvfp4", [](const Options&) -> std::unique_ptr<Format> { return std::make_unique<ChunkedFormat<Nvfp4Decoder>>(Nvfp4Decoder{}); }};
+FTW_CPU_FORMAT(kNvfp4);
 
 }  // namespace ftw::cpu
