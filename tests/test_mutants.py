@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ftw import loader, spec
-from ftw.errors import FtwError, MergeError
-from ftw.formats import LayerFormat
+from ftw.errors import FtwError, MergeError, UnsupportedError
+from ftw.formats import Activation, LayerFormat, ModelShape
 from ftw.layer_ranges import format_layers, parse_layers
 from ftw.loader import ExpertBanks, load_expert_banks, merge_expert_banks
 
@@ -190,3 +190,116 @@ def test_a_layer_without_banks_loads_as_empty(tmp_path):
     empty.write_bytes(with_index(data, ix))
     eb = load_expert_banks(empty, layers=[3])
     assert eb.layers == [3] and eb.banks == {} and eb.num_experts == 0 and eb.nbytes == 0
+
+
+# --- ftw/formats/ -----------------------------------------------------------------------------
+# Several of these kill mutants of code that runs at import (a table built once, a check
+# closure made in a class body, a class decorator): mutmut cannot switch those on after
+# import, so docs/TESTING.md shows them killed with the mutant applied to the source by hand.
+
+
+# kills: every mutant of codes._e4m3_table (sign, exponent, mantissa, subnormals, NaN)
+def test_e4m3_table_matches_torchs_float8_e4m3fn():
+    torch = pytest.importorskip("torch")
+    from ftw.formats.codes import E4M3
+
+    ref = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64).numpy()
+    assert np.array_equal(E4M3, ref, equal_nan=True)
+
+
+# kills: one_of accepting anything / a value of another type / refusing every value, and its
+# message; positive_int refusing 1
+def test_option_checks_accept_every_listed_value_and_name_the_choices():
+    for bits in (2, 3, 4, 5, 6, 8):
+        assert LayerFormat.of("affine", {"bits": bits, "group_size": 1}).options["bits"] == bits
+    assert LayerFormat.of("ds_fp4", {"scale_fmt": "float", "act_block": 1}).options["scale_fmt"] == "float"
+    for bad in (7, 4.0, "4"):
+        with pytest.raises(FtwError) as e:
+            LayerFormat.of("affine", {"bits": bad, "group_size": 64}, where="layer 3")
+        assert str(e.value) == f"layer 3: affine option 'bits' must be one of 2, 3, 4, 5, 6, 8, got {bad!r}"
+    with pytest.raises(FtwError, match=r"scale_fmt' must be one of 'ue8m0', 'float', got 'e8m0'"):
+        LayerFormat.of("ds_fp4", {"scale_fmt": "e8m0"})
+    with pytest.raises(FtwError, match="group_size' must be a positive integer, got 0"):
+        LayerFormat.of("affine", {"bits": 4, "group_size": 0})
+
+
+# kills: register accepting a taken or empty name, or storing None
+def test_register_refuses_a_taken_or_empty_name_and_stores_the_class():
+    from ftw.formats import FORMATS
+    from ftw.formats.base import ExpertFormat, register
+
+    class Taken(ExpertFormat):
+        name = "bf16"
+
+    class Empty(ExpertFormat):
+        name = ""
+
+    class Fresh(ExpertFormat):
+        name = "mutants_probe_format"
+
+    for cls in (Taken, Empty):
+        with pytest.raises(ValueError, match=f"format class {cls.__name__}: name {cls.name!r} is empty or taken"):
+            register(cls)
+    assert FORMATS["bf16"].__name__ != "Taken"
+    try:
+        assert register(Fresh) is Fresh and FORMATS["mutants_probe_format"] is Fresh
+    finally:
+        FORMATS.pop("mutants_probe_format", None)
+
+
+# kills: LayerFormat.key's options dropped or its separators changed
+def test_layer_format_key_lists_sorted_options():
+    assert LayerFormat.of("nvfp4").key() == "nvfp4"
+    fmt = LayerFormat.of("affine", {"group_size": 64, "bits": 4})
+    assert fmt.key() == str(fmt) == "affine{bits=4,group_size=64}"
+
+
+# kills: Activation.__str__ mutants (parameter names, which are shown, the kind alone)
+def test_activation_str_names_its_parameters():
+    assert str(Activation("silu")) == "silu"
+    assert str(Activation("silu", limit=10.0)) == "silu(limit=10)"
+    assert str(Activation("swiglu_oai", limit=7.0, alpha=1.702)) == "swiglu_oai(alpha=1.702, limit=7)"
+
+
+# kills: Activation.from_json's shape check (`or` -> `and`, message lost), its limit / alpha
+# check skipped for a kind this ftw does not know, `where` lost on validation; limit 0 accepted
+def test_activation_from_json_refuses_bad_objects_naming_where():
+    for bad in (5, {"limit": 3.0}, {"kind": 3}):
+        with pytest.raises(FtwError, match=r"^model\.activation: activation must be \{kind, limit\?, alpha\?\}"):
+            Activation.from_json(bad, "model.activation")
+    for k in ("limit", "alpha"):
+        with pytest.raises(FtwError, match=f"^m: activation {k} must be a finite positive number, got -1.0"):
+            Activation.from_json({"kind": "future_act", k: -1.0}, "m")
+    assert Activation.from_json({"kind": "future_act", "limit": 2.0}, "m").kind == "future_act"
+    with pytest.raises(FtwError, match="^model.activation: silu takes no alpha$"):
+        Activation.from_json({"kind": "silu", "alpha": 1.0}, "model.activation")
+    with pytest.raises(FtwError, match="limit must be a finite positive number"):
+        Activation("silu", limit=0.0)
+
+
+# kills: Activation.apply computing in the input's precision (float32) instead of float64; its
+# error without the kind
+def test_activation_apply_is_a_float64_reference():
+    rng = np.random.default_rng()
+    gate = rng.standard_normal((3, 40)).astype(np.float32) * 4
+    up = rng.standard_normal((3, 40)).astype(np.float32) * 4
+    g, u = gate.astype(np.float64), up.astype(np.float64)
+    silu = Activation("silu", limit=5.0).apply(gate, up)
+    gc, uc = np.minimum(g, 5.0), np.clip(u, -5.0, 5.0)
+    assert silu.dtype == np.float64
+    np.testing.assert_allclose(silu, gc / (1 + np.exp(-gc)) * uc, rtol=1e-14, atol=0)
+    oai = Activation("swiglu_oai", limit=7.0, alpha=1.702).apply(gate, up)
+    gc, uc = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+    np.testing.assert_allclose(oai, (uc + 1) * gc / (1 + np.exp(-1.702 * gc)), rtol=1e-14, atol=0)
+    future = Activation.from_json({"kind": "future_act"}, "m")
+    with pytest.raises(UnsupportedError, match="activation 'future_act' is not one ftw can compute"):
+        future.apply(gate, up)
+
+
+# kills: ModelShape.from_json refusing zero (its contract and message: non-negative integers)
+def test_model_shape_fields_may_be_zero():
+    d = ModelShape("test", 64, 32, 4, 2, 4, [1, 3]).to_json()
+    for k in ("hidden_size", "moe_intermediate_size", "num_experts", "top_k", "num_layers"):
+        assert getattr(ModelShape.from_json({**d, k: 0}, "w"), k) == 0
+        with pytest.raises(FtwError, match=f"model.{k} must be a non-negative integer"):
+            ModelShape.from_json({**d, k: -1}, "w")
