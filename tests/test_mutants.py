@@ -303,3 +303,18 @@ def test_model_shape_fields_may_be_zero():
         assert getattr(ModelShape.from_json({**d, k: 0}, "w"), k) == 0
         with pytest.raises(FtwError, match=f"model.{k} must be a non-negative integer"):
             ModelShape.from_json({**d, k: -1}, "w")
+
+
+# kills: fp8_block's block size option ignored, or its default (FORMAT.md: [128, 128] when the
+# option is absent) changed; sizes picked so that 129 rounds differently from 128
+def test_fp8_block_scale_shapes_follow_the_block_size_default_128():
+    from ftw.formats import FORMATS
+
+    fmt = FORMATS["fp8_block"]
+    H, I = 258, 387
+    default = fmt.banks(H, I, {})
+    assert default == fmt.banks(H, I, {"block_size": [128, 128]})
+    assert default["gate_up_scale"].row_shape == (2 * -(-I // 128), -(-H // 128)) == (8, 3)  # gate, up blocked apart
+    assert default["down_scale"].row_shape == (-(-H // 128), -(-I // 128)) == (3, 4)
+    small = fmt.banks(H, I, {"block_size": [64, 32]})
+    assert small["gate_up_scale"].row_shape == (2 * -(-I // 64), -(-H // 32)) == (14, 9)
