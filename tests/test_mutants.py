@@ -318,3 +318,22 @@ def test_fp8_block_scale_shapes_follow_the_block_size_default_128():
     assert default["down_scale"].row_shape == (-(-H // 128), -(-I // 128)) == (3, 4)
     small = fmt.banks(H, I, {"block_size": [64, 32]})
     assert small["gate_up_scale"].row_shape == (2 * -(-I // 64), -(-H // 32)) == (14, 9)
+
+
+# kills: ModelShape.from_json's defaults (family "", activation silu), the legacy extra passed to
+# the activation, `where` in the activation's errors, the per-layer width checks
+def test_model_shape_from_json_defaults_legacy_fields_and_width_checks():
+    d = ModelShape("test", 64, 32, 4, 2, 4, [1, 3]).to_json()
+    bare = {k: v for k, v in d.items() if k not in ("family", "activation", "extra")}
+    m = ModelShape.from_json(bare, "w")
+    assert m.family == "" and m.activation == Activation("silu") and m.extra == {}
+    old = ModelShape.from_json({**bare, "activation": "silu", "extra": {"swiglu_limit": 10.0}}, "w")
+    assert old.activation == Activation("silu", limit=10.0)
+    assert ModelShape.from_json({**bare, "extra": "not an object"}, "w").extra == {}
+    with pytest.raises(FtwError, match=r"^f\.ftw: model\.activation: silu takes no alpha$"):
+        ModelShape.from_json({**bare, "activation": {"kind": "silu", "alpha": 1.0}}, "f.ftw")
+    wide = ModelShape.from_json({**bare, "moe_intermediate_sizes": {"1": 32, "3": 0}}, "w")
+    assert wide.layer_intermediate_sizes == {3: 0}
+    for bad in ({"x": 32}, {"1": -1}, {"1": 2.0}, [32]):
+        with pytest.raises(FtwError, match=r"^w: model\.moe_intermediate_sizes must map layer keys to non-negative"):
+            ModelShape.from_json({**bare, "moe_intermediate_sizes": bad}, "w")
