@@ -337,3 +337,31 @@ def test_model_shape_from_json_defaults_legacy_fields_and_width_checks():
     for bad in ({"x": 32}, {"1": -1}, {"1": 2.0}, [32]):
         with pytest.raises(FtwError, match=r"^w: model\.moe_intermediate_sizes must map layer keys to non-negative"):
             ModelShape.from_json({**bare, "moe_intermediate_sizes": bad}, "w")
+
+
+# kills: check_banks reading rules (older writers' dtypes accepted only when reading, named in
+# the message), its unknown-bank message; LayerFormat.from_json without options; the default
+# `where` of LayerFormat.of and of Activation's own validation
+def test_bank_checks_take_older_dtypes_only_when_reading():
+    from ftw.formats import FORMATS
+
+    ds = FORMATS["ds_fp4"]
+    H, I = 64, 32
+    shapes = {n: (s.dtypes[0], s.row_shape) for n, s in ds.banks(H, I, {}).items()}
+    old = {**shapes, "gate_up": ("i8", shapes["gate_up"][1])}
+    ds.check_banks(old, H, I, {}, "f", reading=True)
+    with pytest.raises(FtwError, match=r"^f: bank 'gate_up' is i8, ds_fp4 stores it as u8$"):
+        ds.check_banks(old, H, I, {}, "f")
+    bad = {**shapes, "gate_up": ("f16", shapes["gate_up"][1])}
+    with pytest.raises(FtwError, match=r"^f: bank 'gate_up' is f16, ds_fp4 stores it as u8/i8$"):
+        ds.check_banks(bad, H, I, {}, "f", reading=True)
+    with pytest.raises(FtwError, match=r"^f: bank 'extra' is not a bank of ds_fp4 \(banks: gate_up, down, "):
+        ds.check_banks({**shapes, "extra": ("u8", (1,))}, H, I, {}, "f")
+
+
+def test_layer_format_and_activation_name_where_by_default():
+    assert LayerFormat.from_json({"name": "nvfp4"}, "w") == LayerFormat.of("nvfp4")
+    with pytest.raises(FtwError, match=r"^layer format: affine option 'bits'"):
+        LayerFormat.of("affine", {"bits": 7, "group_size": 1})
+    with pytest.raises(FtwError, match=r"^activation: kind 'gelu' is not an activation ftw knows"):
+        Activation("gelu")
