@@ -350,6 +350,7 @@ def test_bank_checks_take_older_dtypes_only_when_reading():
     shapes = {n: (s.dtypes[0], s.row_shape) for n, s in ds.banks(H, I, {}).items()}
     old = {**shapes, "gate_up": ("i8", shapes["gate_up"][1])}
     ds.check_banks(old, H, I, {}, "f", reading=True)
+    ds.check_banks({**old, "down": ("i8", shapes["down"][1])}, H, I, {}, "f", reading=True)
     with pytest.raises(FtwError, match=r"^f: bank 'gate_up' is i8, ds_fp4 stores it as u8$"):
         ds.check_banks(old, H, I, {}, "f")
     bad = {**shapes, "gate_up": ("f16", shapes["gate_up"][1])}
@@ -365,3 +366,14 @@ def test_layer_format_and_activation_name_where_by_default():
         LayerFormat.of("affine", {"bits": 7, "group_size": 1})
     with pytest.raises(FtwError, match=r"^activation: kind 'gelu' is not an activation ftw knows"):
         Activation("gelu")
+
+
+# kills: mxfp4's expert biases made optional (gpt-oss always has them)
+def test_mxfp4_layers_need_their_biases():
+    from ftw.formats import FORMATS
+
+    mx = FORMATS["mxfp4"]
+    shapes = {n: (s.dtypes[0], s.row_shape) for n, s in mx.banks(64, 32, {}).items()}
+    del shapes["down_bias"]
+    with pytest.raises(FtwError, match=r"^f: mxfp4 layer lacks bank 'down_bias'$"):
+        mx.check_banks(shapes, 64, 32, {}, "f")
