@@ -33,6 +33,8 @@ fi
 
 if [ ! -d "$work/.git" ]; then
     git clone -q "$repo" "$work"
+    # the wheel's layout (ftw.writers inside ftw/): see source_paths in scripts/mutation.cfg
+    mv "$work/writers" "$work/ftw/writers"
     # the C++ runtime is not built in the clone; reuse the checkout's build for the few tests that
     # load it (none of the mutated modules needs it)
     for so in $("$project_py" -c 'import glob, os, sysconfig
