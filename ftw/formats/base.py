@@ -14,7 +14,6 @@ Adding a format is one module with one class (see docs/ARCHITECTURE.md, "Adding 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -67,11 +66,6 @@ def one_of(*choices: Any) -> Callable[[Any], str | None]:
         return None if v in choices and type(v) is type(choices[0]) else "one of " + ", ".join(map(repr, choices))
 
     return check
-
-
-def finite_positive(v: Any) -> str | None:
-    ok = type(v) in (int, float) and math.isfinite(v) and v > 0
-    return None if ok else "a finite positive number"
 
 
 # -- formats --------------------------------------------------------------------------------
