@@ -13,16 +13,15 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from .check_step import TOLERANCE, source_weights
-from .roundtrip import reference_moe
+from .roundtrip import random_tokens, reference_moe
 
 DECODE_STEPS = 12
 PREFILL_TOKENS = 24
 
 
 def _tokens(rng: np.random.Generator, T: int, H: int, E: int, k: int):
-    x = rng.standard_normal((T, H)).astype(np.float32)
-    ids = np.stack([rng.choice(E, size=min(k, E), replace=False) for _ in range(T)]).astype(np.int32)
-    return x, ids, rng.uniform(0.1, 1.0, ids.shape).astype(np.float32)
+    x, ids, w = random_tokens(rng, T, H, np.arange(E), min(k, E))
+    return x, ids.astype(np.int32), w
 
 
 def _forward(rt, torch, fmt, view, num_slots, dtypes, H, I, x, ids, w, activation, stream):  # noqa: E741

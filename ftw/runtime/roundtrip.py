@@ -31,6 +31,14 @@ def reference_moe(weights_by_expert: Mapping[int, Mapping[str, np.ndarray]], act
     return out
 
 
+def random_tokens(rng: np.random.Generator, T: int, H: int, experts: np.ndarray, k: int):
+    """T random float32 hidden states (N(0, 1)), each routed to k distinct experts drawn from
+    `experts` with weights in [0.1, 1): (x [T, H], ids [T, k] int64, w [T, k] float32)."""
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    ids = np.stack([rng.choice(experts, size=k, replace=False) for _ in range(T)]).astype(np.int64)
+    return x, ids, rng.uniform(0.1, 1.0, (T, k)).astype(np.float32)
+
+
 def roundtrip_cpu(executor, layer: int, weights_by_expert: Mapping[int, Mapping[str, np.ndarray]], activation,
                   rng: np.random.Generator, steps: int = 4, max_tokens: int = 8, top_k: int = 4) -> dict:
     """`steps` forwards of `layer` with T in [1, max_tokens] random float32 hidden states
@@ -45,9 +53,7 @@ def roundtrip_cpu(executor, layer: int, weights_by_expert: Mapping[int, Mapping[
     worst, tokens = 0.0, 0
     for _ in range(steps):
         T = int(rng.integers(1, max_tokens + 1))
-        x = rng.standard_normal((T, H)).astype(np.float32)
-        ids = np.stack([rng.choice(experts, size=k, replace=False) for _ in range(T)]).astype(np.int64)
-        w = rng.uniform(0.1, 1.0, (T, k)).astype(np.float32)
+        x, ids, w = random_tokens(rng, T, H, experts, k)
         out = np.asarray(executor.forward(layer, x, ids, w), dtype=np.float64)
         ref = reference_moe(weights_by_expert, activation, x, ids, w)
         norm = float(np.linalg.norm(ref))
