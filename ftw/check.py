@@ -27,7 +27,6 @@ import numpy as np
 from .container import FtwFile
 from .errors import FtwError, UnsupportedError
 from .layer_ranges import format_layers
-from .mapped import release_pages
 
 RUNTIMES = ("none", "cpu", "cuda", "auto")
 DECODE_RTOL = 2.0**-23  # bytes are equal; only compressed-tensors' reciprocal global (2^-24) may show
@@ -182,9 +181,9 @@ def step_banks(ctx: CheckContext) -> None:
                 r.problems.append(f"bank {name}: bytes of {len(differ)} of {src.num_experts} experts differ "
                                   f"from the source (experts {format_layers(differ[:8])}"
                                   f"{', ...' if len(differ) > 8 else ''})")
-        # both sides are memory-mapped: drop what this layer touched, or RSS grows to the model
+        # the source is memory-mapped: drop what this layer touched, or RSS grows to the model
+        # (the FTW side is read with pread during a check and maps nothing)
         ctx.reader.release_pages()
-        release_pages(f.mm)
         ctx.progress(0, layers=1)
 
 
