@@ -167,6 +167,28 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
     return g / (1.0f + expf(-g)) * u;  // silu(gate) * up
 }
 
+// The two epilogues both kernels end in. Phase 0: row j of gate and of up (j < I) of `pair`,
+// biased, through the activation into act. Phase 1: row r of down, biased and weighted, added
+// into the token's output (experts of one token add concurrently: atomic).
+template <class Dec>
+__device__ __forceinline__ void store_activation(const KernelParams& p, int pair, int slot, int j, float gate_acc,
+                                                 float up_acc) {
+    float gate = gate_acc * Dec::post(p, 0, slot, j);
+    float up = up_acc * Dec::post(p, 0, slot, p.I + j);
+    if (p.gu_bias_bank >= 0) {
+        gate += bias_at(p, p.gu_bias_bank, slot, j);
+        up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
+    }
+    p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+}
+
+template <class Dec>
+__device__ __forceinline__ void add_down_row(const KernelParams& p, int pair, int slot, int r, float acc) {
+    float v = acc * Dec::post(p, 1, slot, r);
+    if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
+    atomicAdd(p.out + int64_t(pair / p.K) * p.H + r, p.topk_weights[pair] * v);
+}
+
 // ---- the kernels ----------------------------------------------------------------------------
 //
 // Two kernels share the decoders: experts_decode (T <= 8, T*K <= 128: each block finds its expert
@@ -380,23 +402,13 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
                 if (PH == 0) {
                     const int j = (blockIdx.x * NT + n) * 8 + g;
                     if (j >= p.I) continue;
-                    float gate = acc[n][e] * Dec::post(p, 0, slot, j);
-                    float up = acc[n][2 + e] * Dec::post(p, 0, slot, p.I + j);
-                    if (p.gu_bias_bank >= 0) {
-                        gate += bias_at(p, p.gu_bias_bank, slot, j);
-                        up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
-                    }
-                    p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+                    store_activation<Dec>(p, pair, slot, j, acc[n][e], acc[n][2 + e]);
                 } else {
-                    const float wt = p.topk_weights[pair];
-                    float* dst = p.out + int64_t(pair / p.K) * p.H;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
                         if (r >= p.H) continue;
-                        float v = acc[n][2 * h + e] * Dec::post(p, 1, slot, r);
-                        if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
-                        atomicAdd(dst + r, wt * v);
+                        add_down_row<Dec>(p, pair, slot, r, acc[n][2 * h + e]);
                     }
                 }
             }
@@ -580,23 +592,13 @@ __global__ void __launch_bounds__(32 * RG, 3) experts_proj(const KernelParams p)
                 if (PH == 0) {
                     const int j = (ntile0 + n) * 4 + tig;  // columns 2tig, 2tig+1 = gate j, up j
                     if (j >= p.I) continue;
-                    float gate = acc[m][n][2 * h] * Dec::post(p, 0, slot, j);
-                    float up = acc[m][n][2 * h + 1] * Dec::post(p, 0, slot, p.I + j);
-                    if (p.gu_bias_bank >= 0) {
-                        gate += bias_at(p, p.gu_bias_bank, slot, j);
-                        up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
-                    }
-                    p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+                    store_activation<Dec>(p, pair, slot, j, acc[m][n][2 * h], acc[m][n][2 * h + 1]);
                 } else {
-                    const float wt = p.topk_weights[pair];
-                    float* dst = p.out + int64_t(pair / p.K) * p.H;
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int r = (ntile0 + n) * 8 + 2 * tig + e;
                         if (r >= p.H) continue;
-                        float v = acc[m][n][2 * h + e] * Dec::post(p, 1, slot, r);
-                        if (p.down_bias_bank >= 0) v += bias_at(p, p.down_bias_bank, slot, r);
-                        atomicAdd(dst + r, wt * v);
+                        add_down_row<Dec>(p, pair, slot, r, acc[m][n][2 * h + e]);
                     }
                 }
             }
