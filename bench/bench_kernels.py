@@ -4,6 +4,8 @@ measured in the same run (issue 13, Performance).
     python3 bench/bench_kernels.py [--json PATH] [--quick] [--formats bf16,nvfp4,...]
     python3 bench/bench_kernels.py --sanitize     # one small decode + prefill per format
                                                    # (run it under compute-sanitizer)
+    python3 bench/bench_kernels.py --variants classic,staged,nopdl   # also the other decode kernels
+    ncu --kernel-name regex:experts_decode python3 bench/bench_kernels.py --profile --sizes deepseek-v3
 
 Decode (top_k = 8) at two layer sizes: Qwen3-30B-A3B-like (H=2048, I=768, E=128) and
 DeepSeek-V3-like (H=7168, I=2048, E=256). Each layer holds all E experts (random bytes in the
@@ -48,6 +50,10 @@ SIZES = {"qwen3-30b-a3b": (2048, 768, 128), "deepseek-v3": (7168, 2048, 256)}
 FORMATS = ["bf16", "fp8_block", "nvfp4", "mxfp4", "ds_fp4", "mxfp8"]
 K = 8
 L2_BYTES = 60 << 20
+# decode kernels other than the default, selected by environment (csrc/cuda/experts_kernels.cuh)
+VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (register-fed) for every format
+            "staged": {"FTW_CUDA_DECODE": "staged"},  # experts_decode_staged for every format
+            "nopdl": {"FTW_CUDA_PDL": "0"}}  # staged phase 1 launched after phase 0 completes
 
 
 def cdiv(a, b):
@@ -225,7 +231,7 @@ def decode_plan(E: int, T: int, nsteps: int, same: bool, dev) -> list[torch.Tens
 
 
 def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool, dev, replays: int,  # noqa: E741
-                 ceiling_buf: torch.Tensor, sink: torch.Tensor) -> dict:
+                 ceiling_buf: torch.Tensor, sink: torch.Tensor, variants: tuple = ()) -> dict:
     per_expert = expert_nbytes(view)
     nsteps = max(8, min(64, cdiv(E, K * (1 if same else T))))
     plans = decode_plan(E, T, nsteps, same, dev)
@@ -238,6 +244,14 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
              for s in range(nsteps)]
     t = graph_time(steps, replays)
+    t_variants = {}
+    for name in variants:  # other decode kernels (VARIANTS), same steps, same run
+        os.environ.update(VARIANTS[name])
+        try:
+            t_variants[name] = graph_time(steps, replays)
+        finally:
+            for k in VARIANTS[name]:
+                del os.environ[k]
     # ceiling: stream the same number of bytes per step, cycling through the layer-sized buffer
     chunk = int(step_bytes) // 4096 * 4096
     nchunks = max(1, ceiling_buf.numel() // chunk)
@@ -248,6 +262,9 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
          "us": t * 1e6, "GBps": step_bytes / t / 1e9, "ceiling_us": t_ceiling * 1e6,
          "ceiling_GBps": chunk / t_ceiling / 1e9}
     r["vs_ceiling"] = r["GBps"] / r["ceiling_GBps"]
+    for name, tv in t_variants.items():
+        r[f"{name}_us"] = tv * 1e6
+        r[f"{name}_vs_ceiling"] = step_bytes / tv / 1e9 / r["ceiling_GBps"]
     if (T == 1 or same) and view.format.name != "gguf":  # no torch decoder of ggml types: ceiling only
         nref = min(nsteps, 8)
         t_ref = eager_time(lambda: [torch_reference(view, xs[s], plans[s], wts) for s in range(nref)], 2) / nref
@@ -267,6 +284,27 @@ def bench_prefill(view, H, I, E, dev, T=2048) -> dict:  # noqa: E741
     return {"T": T, "ms": t * 1e3, "TFLOPs": flops / t / 1e12}
 
 
+def profile_steps(dev, sizes, formats) -> None:
+    """A few eager T=1 decode steps per size and format, staged kernel then the classic one, for
+    a profiler (ncu --kernel-name regex:experts_decode); no graph, no timing."""
+    for size in sizes:
+        H, I, E = SIZES[size]  # noqa: E741
+        for name in formats:
+            view = random_layer(name, H, I, E, dev)
+            x = torch.randn((1, H), dtype=torch.bfloat16, device=dev)
+            wts = torch.rand((1, K), device=dev)
+            for s, mode in enumerate(("staged", "classic")):
+                if mode == "classic":
+                    os.environ["FTW_CUDA_DECODE"] = "classic"
+                ids = torch.tensor([[(K * (s + 3) + j) % E for j in range(K)]], dtype=torch.int32, device=dev)
+                ce.experts_forward(view, x, ids, wts, "silu", check=False)
+                torch.cuda.synchronize()
+                os.environ.pop("FTW_CUDA_DECODE", None)
+                print(f"profile {size} {name} step {s}: {mode}", flush=True)
+            del view
+            torch.cuda.empty_cache()
+
+
 def matmul_rate(dev, n=8192) -> float:
     a = torch.randn((n, n), dtype=torch.bfloat16, device=dev)
     b = torch.randn((n, n), dtype=torch.bfloat16, device=dev)
@@ -278,7 +316,7 @@ def sanitize_case(dev) -> None:
     """Small decode and prefill steps of every format (for compute-sanitizer)."""
     torch.manual_seed(0)
     H, I, E = 256, 128, 16  # noqa: E741
-    for name in ce.cuda_formats():
+    for name in [f for f in FORMATS if f in ce.cuda_formats()]:  # the safetensors formats (gguf: issue 14)
         view = random_layer(name, H, I, E, dev)
         for T, k in ((3, 4), (50, 4)):  # 12 pairs: decode tiles; 200 pairs: prefill tiles
             ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
@@ -320,8 +358,15 @@ def main() -> None:
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
     ap.add_argument("--accuracy", action="store_true", help="also measure errors against float64")
+    ap.add_argument("--variants", default="",
+                    help="also time these decode kernels in the same run: " + ",".join(VARIANTS))
+    ap.add_argument("--profile", action="store_true",
+                    help="only a few eager T=1 decode steps per size and format (for ncu)")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    if args.profile:
+        profile_steps(dev, args.sizes.split(","), args.formats.split(","))
+        return
     if args.sanitize:
         sanitize_case(dev)
         return
@@ -332,6 +377,10 @@ def main() -> None:
     res["matmul_bf16_TFLOPs"] = matmul_rate(dev)
     print(f"{props.name}: torch bf16 matmul 8192^3 {res['matmul_bf16_TFLOPs']:.0f} TFLOP/s", flush=True)
     sink = torch.zeros(1024, dtype=torch.int32, device=dev)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"--variants: unknown {v!r} (known: {', '.join(VARIANTS)})")
     for size in args.sizes.split(","):
         H, I, E = SIZES[size]  # noqa: E741
         for name in args.formats.split(","):
@@ -340,13 +389,16 @@ def main() -> None:
             assert layer_bytes >= 4 * L2_BYTES, (size, name, layer_bytes)
             ceiling_buf = torch.empty(layer_bytes // 16 * 16, dtype=torch.uint8, device=dev).random_(0, 255)
             for T, same in ((1, True), (8, True), (8, False)):
-                r = bench_decode(view, H, I, E, T, same, dev, args.replays, ceiling_buf, sink)
+                r = bench_decode(view, H, I, E, T, same, dev, args.replays, ceiling_buf, sink, variants)
                 r.update(size=size, format=name)
                 res["decode"].append(r)
                 ref = f" torch {r['torch_us']:8.1f} us (x{r['speedup_vs_torch']:.1f})" if "torch_us" in r else ""
                 print(f"decode {size:14s} {name:9s} T={T} {r['routing']:11s} {r['step_bytes'] / 2**20:7.1f} MiB "
                       f"{r['us']:8.1f} us {r['GBps']:6.0f} GB/s  ceiling {r['ceiling_GBps']:6.0f} GB/s "
                       f"= {r['vs_ceiling']:.2f}x{ref}", flush=True)
+                for v in variants:
+                    print(f"  {v:8s} {r[v + '_us']:8.1f} us = {r[v + '_vs_ceiling']:.2f}x ceiling "
+                          f"(default / {v} time {r['us'] / r[v + '_us']:.2f})", flush=True)
             one = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 1)
             same8 = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8
                          and d["routing"] == "same")
@@ -372,7 +424,9 @@ def main() -> None:
             print(f"{size:15s} {name:9s} {a['GBps']:7.0f} {a['vs_ceiling']:7.2f} "
                   f"{a.get('speedup_vs_torch', math.nan):8.1f} | "
                   f"{s8['us'] / a['us']:11.2f} | {i8['GBps']:11.0f} {i8['vs_ceiling']:6.2f} | "
-                  f"{p['TFLOPs'] if p else math.nan:8.1f}")
+                  f"{p['TFLOPs'] if p else math.nan:8.1f}"
+                  + "".join(f" | {v} x ceil {a[v + '_vs_ceiling']:.2f} {s8[v + '_us'] / a[v + '_us']:.2f} "
+                            f"{i8[v + '_vs_ceiling']:.2f}" for v in variants))
 
 
 if __name__ == "__main__":

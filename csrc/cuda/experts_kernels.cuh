@@ -3,8 +3,10 @@
 //
 // Work: phase 0 reads gate_up rows and writes act = activation(gate, up) (bf16, [T*K, I]);
 // phase 1 reads down rows and adds weight * (down(act) + bias) into out [T, H]. Each phase is
-// one launch covering every routed expert. Decode (experts_decode, T <= 8): every block finds
-// the step's distinct experts from topk_ids itself and serves a band of rows of some of them.
+// one launch covering every routed expert. Decode (T <= 8): every block finds the step's
+// distinct experts from topk_ids itself and serves bands of rows of some of them, either with
+// its weight units in flight in registers (experts_decode) or staged through shared memory by
+// cp.async (experts_decode_staged, for decoders that choose it: see its comment).
 // Prefill (experts_proj): the routing kernel (experts.cu) first groups the (token, k) pairs by
 // expert into tiles of up to 64 pairs of one expert, each with the expert's slot.
 //
@@ -15,7 +17,7 @@
 // the lane permutes its slice of x the same way (Dec::permute): a lane supplies its weight row
 // and its pair's x for the same k positions, which depend only on its position tig in the quad.
 // Decode puts 16 weight rows on the M side and up to 8 pairs on N; prefill puts 64 pairs on M
-// (4 m-tiles) and 8-row weight tiles on N. No host repack, no shared-memory staging.
+// (4 m-tiles) and 8-row weight tiles on N. No host repack.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,6 +27,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "pools/pool_view.h"
 
@@ -86,12 +90,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
 // bf16 bits of 2^(s - 127 + shift) for an E8M0 byte s (255: NaN; past the bf16 range: inf).
+// Branchless (it runs per unit in the decode loops): clamp the exponent to 0 (zero: below 2^-126,
+// only for scales far under any real checkpoint's) .. 255 (0x7F80, inf).
 __device__ __forceinline__ uint32_t e8m0_bf16(uint32_t s, int shift) {
-    if (s == 255) return 0x7FC0u;
-    int e = int(s) + shift;
-    if (e >= 255) return 0x7F80u;
-    if (e <= 0) return 0u;  // below 2^-126: only for scales far under any real checkpoint's
-    return uint32_t(e) << 7;
+    const uint32_t m = uint32_t(min(max(int(s) + shift, 0), 255)) << 7;
+    return s == 255 ? 0x7FC0u : m;
 }
 
 // e4m3fn byte -> float (exact; 0x7F/0xFF give 480 rather than NaN: real weights never hold NaN).
@@ -435,6 +438,312 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
     }
 }
 
+// ---- staged decode (decoders with kStaged) ---------------------------------------------------
+//
+// experts_decode above keeps its weight units in flight in registers (2-3 per lane, ~32-64 KB
+// per SM) and reads 64 bytes per row per load instruction, so the L2 sees twice the requests of
+// full 128-byte lines (ncu, H200, deepseek-v3 size: bf16 phase 0 at 85% of L2 throughput for 73%
+// of DRAM). This kernel stages the weights through shared memory instead:
+// - each warp owns a ring of S stages; a stage is one chunk of a 16-row tile: 8 units (128
+//   bytes) of every row, 2 KB. The warp fills it with cp.async (16 bytes per lane, L2 only, with
+//   a 256-byte L2 prefetch), 8 lanes per row, so each load instruction reads 4 full 128-byte
+//   lines; stage d of chunk f is refilled with chunk f + S right after it is consumed;
+// - the lanes then read their mma fragments' units (rows g and g + 8, units tig and tig + 4)
+//   back from shared memory (units XOR-swizzled by row parity: no bank conflicts either way) and
+//   decode them as experts_decode does; the units' scales (Side) and fp8_block's chunk scales
+//   are loaded into registers when the stage is issued, S chunks ahead;
+// - blocks are persistent: the grid is what fits on the GPU at once; a block routes the step
+//   once, then serves items (expert, 16-row band) blockIdx.x, + gridDim.x, ...; its KS warps
+//   split an item's chunks into contiguous runs of cpw, the ring running on across items, so the
+//   next item's loads are in flight while this one is reduced (shared memory, warp 0) and stored.
+// Units past the row's end and rows past the matrix are zero-filled by the copy, so partial
+// chunks need no masking in the math.
+//
+// Optional decoder interface, on top of the contract above (detected like kChunkScale):
+//   kStaged                       present: the decoder can run here; true: decode uses this
+//                                 kernel by default, false: experts_decode stays its default
+//   weights(p, proj, slot)        the slot's weight matrix: rows of weight_row_bytes(p, proj)
+//   weight_row_bytes(p, proj)     bytes, each a run of 16-byte units (copied by cp.async)
+//   Side                          the register part of a unit (its scales; empty when none)
+//   Side side(row, u)             the rest of unit u of a row (Side{} must decode zeros to 0)
+//   Raw raw(uint4 w, Side s)      the Raw that load(row, u) would have returned
+// Decoders without it (gguf) keep experts_decode. FTW_CUDA_DECODE=classic / =staged overrides
+// the default for every decoder that has the interface (benchmarks).
+template <class Dec>
+struct Staged {
+    template <class D>
+    static constexpr int test(decltype(D::kStaged)*) { return D::kStaged ? 2 : 1; }
+    template <class D>
+    static constexpr int test(...) { return 0; }
+    static constexpr bool available = test<Dec>(nullptr) > 0;
+    static constexpr bool preferred = test<Dec>(nullptr) == 2;
+};
+
+// 16 bytes global -> shared, L2 only; bytes = 0 zero-fills the destination without reading.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// The step's routing, once per block: the distinct experts in order of first appearance, each
+// with its slot (-1: out of range or not resident, skipped and flagged) and its pairs (<= 8).
+struct StagedRouting {
+    int ids[kDecodeMaxPairs];
+    int slot[kDecodeMaxPairs];
+    unsigned char first[kDecodeMaxPairs];  // index of the pair's expert's first appearance
+    unsigned char pos[kDecodeMaxPairs];    // how many pairs before this one have its expert
+    unsigned char rank[kDecodeMaxPairs];   // for a first appearance: its distinct-expert rank
+    unsigned char count[kDecodeMaxPairs];  // per rank: pairs (at most 8)
+    unsigned char pairs[kDecodeMaxPairs][8];
+    int meta[2];  // distinct experts, first bad pair
+};
+
+template <int PH>
+__device__ int staged_route(const KernelParams& p, StagedRouting& rt) {
+    const int P = p.T * p.K, tid = threadIdx.x;
+    if (tid == 0) rt.meta[0] = 0, rt.meta[1] = INT_MAX;
+    for (int i = tid; i < P; i += blockDim.x) rt.ids[i] = p.topk_ids[i];
+    __syncthreads();
+    for (int i = tid; i < P; i += blockDim.x) {
+        const int e = rt.ids[i];
+        int first = i, pos = 0;
+        for (int j = i - 1; j >= 0; --j)
+            if (rt.ids[j] == e) first = j, ++pos;
+        rt.first[i] = (unsigned char)first, rt.pos[i] = (unsigned char)pos;
+        const int s = (e >= 0 && e < p.num_experts) ? p.slot_of_expert[e] : -1;
+        if (s < 0 || s >= p.num_slots) atomicMin(&rt.meta[1], i);
+        if (first == i) atomicAdd(&rt.meta[0], 1);
+    }
+    __syncthreads();
+    for (int i = tid; i < P; i += blockDim.x) {
+        if (rt.first[i] != i) continue;
+        const int e = rt.ids[i];
+        int rank = 0, n = 0;
+        for (int j = 0; j < i; ++j) rank += rt.first[j] == j;
+        for (int j = i; j < P; ++j) n += rt.ids[j] == e;
+        rt.rank[i] = (unsigned char)rank;
+        rt.count[rank] = (unsigned char)min(n, 8);  // more only if a token lists an expert twice (refused on the host)
+        const int s = (e >= 0 && e < p.num_experts) ? p.slot_of_expert[e] : -1;
+        rt.slot[rank] = (s >= 0 && s < p.num_slots) ? s : -1;
+    }
+    __syncthreads();
+    for (int i = tid; i < P; i += blockDim.x)
+        if (rt.pos[i] < 8) rt.pairs[rt.rank[rt.first[i]]][rt.pos[i]] = (unsigned char)i;
+    __syncthreads();
+    if (PH == 0 && blockIdx.x == 0 && tid == 0) *p.error = rt.meta[1] == INT_MAX ? 0 : rt.meta[1] + 1;
+    return rt.meta[0];
+}
+
+constexpr int kStageUnits = 16 * 8;  // a stage: 16 rows x 8 units of 16 bytes
+
+// Dynamic shared memory of the staged kernel: the rings [KS][S][16 rows][8 units] x 16 bytes,
+// then the K-split partials [KS - 1][4][32] floats.
+constexpr int staged_smem(int KS, int S) { return KS * S * kStageUnits * 16 + (KS - 1) * 4 * 32 * 4; }
+
+template <class Dec, int PH, int S>
+__global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
+    constexpr int V = Dec::VEC;
+    constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
+    constexpr int NX = NR / 4;  // 16-byte loads of x per unit
+    constexpr bool CS = HasChunkScale<Dec>::value;
+    using Side = typename Dec::Side;
+    extern __shared__ uint4 s_dyn[];
+    __shared__ StagedRouting rt;
+
+    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
+    }
+    const int nexp = staged_route<PH>(p, rt);
+    // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
+    // start once every phase 0 block has passed this point, route, and put their first S chunks
+    // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
+    // out) just before their first chunk is consumed.
+    if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+    const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const uint4* ring = s_dyn + ks * S * kStageUnits;
+    const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+    float* red = reinterpret_cast<float*>(s_dyn + KS * S * kStageUnits);  // [KS - 1][4][32]
+    const int in = PH == 0 ? p.H : p.I;
+    const int nunits = in / V;
+    const int nchunks = (nunits + 7) >> 3;
+    const int64_t wrow = Dec::weight_row_bytes(p, PH);
+    const int items = nexp * nbands;
+    const int nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+    const int cpad = (cpw + S - 1) / S * S;  // chunks per item in the ring: cpw, padded to whole rounds
+    const int c0 = ks * cpw;  // this warp's first chunk of an item
+
+    // Row t (0..15) of band's tile: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
+    // (so a lane's rows g and g + 8 are gate j and up j), phase 1 rows 16 band + t.
+    auto tile_row = [&](int band, int t, bool& ok) {
+        int r;
+        if (PH == 0) {
+            const int j = band * 8 + (t & 7);
+            ok = j < p.I;
+            r = t < 8 ? j : p.I + j;
+        } else {
+            r = band * 16 + t;
+            ok = r < p.H;
+        }
+        return ok ? r : 0;
+    };
+    auto item_of = [&](int li, int& band) {
+        const int item = int(blockIdx.x) + li * int(gridDim.x);
+        const int dx = item / nbands;
+        band = item - dx * nbands;
+        return dx;
+    };
+
+    // Producer: the chunk S ahead of the consumer, (pli, pi). It copies rows (lane >> 3) + 4k,
+    // units 8c + (lane & 7); it loads the sides (and chunk scales) of the units this lane will
+    // decode: rows g, g + 8, units 8c + tig + 4j.
+    int pli = 0, pi = 0, pslot = -1;
+    const uint8_t* pw[4];
+    bool pwok[4];
+    typename Dec::Row prow[2];
+    int prix[2];
+    Side side[S][2][2];  // [stage][j][h]
+    float cscale[S][2][2];
+    auto producer_item = [&]() {
+        if (pli >= nmine) return;
+        int band;
+        const int dx = item_of(pli, band);
+        pslot = rt.slot[dx];
+        if (pslot < 0) return;
+        const uint8_t* w = Dec::weights(p, PH, pslot);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            bool ok;
+            prix[h] = tile_row(band, g + 8 * h, ok);
+            prow[h] = Dec::row(p, PH, pslot, prix[h]);
+        }
+    };
+    auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
+        const int c = c0 + pi;
+        if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
+            const int u = c * 8 + (lane & 7);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int t = (lane >> 3) + 4 * k;
+                const bool ok = pwok[k] && u < nunits;
+                cp_async16(ring_s + (d * kStageUnits + t * 8 + ((lane & 7) ^ ((t & 1) << 2))) * 16,
+                           pw[k] + (ok ? u : 0) * 16, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int uj = c * 8 + tig + 4 * j;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
+                    // every lane needs its rows' chunk scales, whether or not it holds a unit
+                    if constexpr (CS)
+                        cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pslot, prix[h], 2 * c + j) : 0.f;
+                }
+            }
+        }
+        cp_async_commit();  // an empty group for a padding chunk: the group count stays one per stage
+        if (++pi == cpad) pi = 0, ++pli, producer_item();
+    };
+    producer_item();
+#pragma unroll
+    for (int d = 0; d < S; ++d) produce(d);
+    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
+
+    for (int li = 0; li < nmine; ++li) {
+        int band;
+        const int dx = item_of(li, band);
+        const int slot = rt.slot[dx];
+        const int count = slot >= 0 ? rt.count[dx] : 0;
+        const __nv_bfloat16* xrow = nullptr;
+        if (g < count) {
+            const int pair = rt.pairs[dx][g];
+            xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+        }
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
+#pragma unroll
+        for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
+
+        for (int i0 = 0; i0 < cpad; i0 += S) {
+#pragma unroll
+            for (int d = 0; d < S; ++d) {
+                const int i = i0 + d, c = c0 + i;
+                cp_async_wait<S - 1>();  // this lane's copies of stage d have landed
+                __syncwarp();            // and every other lane's
+                if (count > 0 && i < cpw && c < nchunks) {  // warp-uniform
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int uj = c * 8 + tig + 4 * j;
+                        if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
+                            const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
+#pragma unroll
+                            for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
+                        }
+                        uint32_t xr[NR], xa[NR];
+#pragma unroll
+                        for (int k = 0; k < NX; ++k)
+                            xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y, xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
+                        Dec::permute(xr, xa);
+                        const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
+                        uint32_t wa[NR], wb[NR];
+                        Dec::decode(Dec::raw(ring[d * kStageUnits + g * 8 + su], side[d][j][0]), wa);
+                        Dec::decode(Dec::raw(ring[d * kStageUnits + (g + 8) * 8 + su], side[d][j][1]), wb);
+                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                        for (int s = 0; s < V / 4; ++s)
+                            mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                     xa[2 * s + 1]);
+                        if constexpr (CS) {
+                            const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
+                            acc[0] += part[0] * s0, acc[1] += part[1] * s0;
+                            acc[2] += part[2] * s1, acc[3] += part[3] * s1;
+                        }
+                    }
+                }
+                __syncwarp();  // every lane has read stage d before it is refilled
+                produce(d);
+            }
+        }
+
+        // The item's K-split reduction into warp 0, then its epilogue (the others run on).
+        if (KS > 1) {
+            __syncthreads();  // warp 0 is done with the previous item's partials
+            if (ks > 0)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) red[((ks - 1) * 4 + i) * 32 + lane] = acc[i];
+            __syncthreads();
+        }
+        if (ks == 0 && count > 0) {
+            for (int k = 0; k < KS - 1; ++k)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[i] += red[(k * 4 + i) * 32 + lane];
+            // Accumulator i: row g + 8*(i/2) of the tile, pair slot 2*tig + (i&1).
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int q = 2 * tig + e;
+                if (q >= count) continue;
+                const int pair = rt.pairs[dx][q];
+                if (PH == 0) {
+                    const int j = band * 8 + g;
+                    if (j < p.I) store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
+                } else {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = band * 16 + g + 8 * h;
+                        if (r < p.H) add_down_row<Dec>(p, pair, slot, r, acc[2 * h + e]);
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
 // Prefill: a block serves one routed tile (up to 16 * MT pairs of one expert, from the routing
 // kernel) and a band of RG * NT * 8 rows; the pairs are the mma's M side (MT m-tiles), the
 // weight rows its N side, so each warp decodes a unit once and uses it for all MT m-tiles.
@@ -621,7 +930,68 @@ inline int k_split(int in, int vec) {
     return ks;
 }
 
-// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
+// FTW_CUDA_PDL=0 launches phase 1 of the staged decode after phase 0 completes (no programmatic
+// dependent launch), for comparison.
+inline bool programmatic_launch() {
+    const char* v = std::getenv("FTW_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// The staged decode kernel's launch: KS warps per block, the smallest of 1, 2, 4 that puts about
+// 7 warps per SM to work when the step's experts are as few as top_k; the grid is what fits on
+// the GPU at once (occupancy), trimmed so that every block serves the same number of items.
+template <class Dec, int PH, int S>
+void launch_staged(const KernelParams& p, cudaStream_t stream) {
+    const auto kernel = experts_decode_staged<Dec, PH, S>;
+    static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int in = PH == 0 ? p.H : p.I;
+    const int nchunks = (in / Dec::VEC + 7) / 8;
+    const int nbands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
+    const int fewest = nbands * std::min(p.K, p.num_experts);  // items when every token picks the same experts
+    const int most = nbands * std::min(p.T * p.K, p.num_experts);
+    int KS = 1, cap = 0;
+    for (int ks = 1; ks <= 4; ks *= 2) {
+        if (ks > 1 && nchunks < 2 * ks) break;  // at least 2 chunks per warp and item
+        if (fit[ks] == 0) {
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[ks], kernel, 32 * ks, staged_smem(ks, S));
+            fit[ks] = std::max(fit[ks], 1);
+        }
+        KS = ks, cap = sms * fit[ks];
+        if (std::min(fewest, cap) * ks >= 7 * sms) break;
+    }
+    const int cpw = (nchunks + KS - 1) / KS;
+    const int per = (most + std::min(most, cap) - 1) / std::min(most, cap);  // items per block
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((most + per - 1) / per);
+    cfg.blockDim = dim3(32 * KS);
+    cfg.dynamicSmemBytes = staged_smem(KS, S);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    if (PH == 1 && programmatic_launch()) cfg.attrs = attr, cfg.numAttrs = 1;  // overlaps phase 0's tail
+    cudaLaunchKernelEx(&cfg, kernel, p, nbands, cpw);
+}
+
+// The decode kernel for a layer: the decoders' default (kStaged), or FTW_CUDA_DECODE=classic /
+// =staged for every decoder with the staged interface (benchmarks compare them in one run).
+template <class Dec, class DecDown>
+bool staged_decode() {
+    if constexpr (!Staged<Dec>::available || !Staged<DecDown>::available) {
+        return false;
+    } else {
+        const char* v = std::getenv("FTW_CUDA_DECODE");
+        if (v != nullptr && std::strcmp(v, "classic") == 0) return false;
+        if (v != nullptr && std::strcmp(v, "staged") == 0) return true;
+        return Staged<Dec>::preferred && Staged<DecDown>::preferred;
+    }
+}
+
+// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves
+// (experts_decode_staged where the decoders choose it, else experts_decode).
 // Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
 // reuse every decoded weight across the 64 pairs. DecDown: down's decoder where it differs from
 // gate_up's (gguf picks one per projection from the layer's ggml types).
@@ -631,6 +1001,15 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
     if (pairs <= kDecodeMaxPairs && p.T <= 8) {
         constexpr int NT0 = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
         constexpr int NT1 = DecDown::VEC == 8 ? 2 : 1;
+        if constexpr (Staged<Dec>::available && Staged<DecDown>::available) {
+            if (staged_decode<Dec, DecDown>()) {
+                launch_staged<Dec, 0, 4>(p, stream);  // 4 stages: 8 KB of ring per warp
+                check_launch("gate_up kernel");
+                launch_staged<DecDown, 1, 4>(p, stream);
+                check_launch("down kernel");
+                return;
+            }
+        }
         const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, DecDown::VEC);
         const int ny = std::min(pairs, 8);  // each block row serves every 8th distinct expert
         dim3 g0((p.I + NT0 * 8 - 1) / (NT0 * 8), ny), g1((p.H + NT1 * 16 - 1) / (NT1 * 16), ny);

@@ -14,6 +14,17 @@ struct Bf16Decoder {
         return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * in * 2)};
     }
     __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u)}; }
+    // experts_decode_staged runs bf16 but is not its default: measured slower at T=1 (H200,
+    // deepseek-v3 size: 0.62x the ceiling against experts_decode's 0.77x; docs/BENCHMARKS.md)
+    static constexpr bool kStaged = false;
+    struct Side {};
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        const int in = proj == 0 ? p.H : p.I;
+        return int64_t(in * 2);
+    }
+    __device__ static Side side(const Row&, int) { return {}; }
+    __device__ static Raw raw(const uint4& w, const Side&) { return {w}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[4]) {
         w[0] = raw.w.x, w[1] = raw.w.y, w[2] = raw.w.z, w[3] = raw.w.w;
     }

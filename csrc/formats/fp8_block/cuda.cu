@@ -19,6 +19,17 @@ struct Fp8BlockDecoder {
         return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * in)};
     }
     __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u)}; }
+    // experts_decode_staged runs fp8_block but is not its default: measured slower at T=1 (H200,
+    // deepseek-v3 size: 0.40x the ceiling against experts_decode's 0.47x; docs/BENCHMARKS.md)
+    static constexpr bool kStaged = false;
+    struct Side {};
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        const int in = proj == 0 ? p.H : p.I;
+        return int64_t(in);
+    }
+    __device__ static Side side(const Row&, int) { return {}; }
+    __device__ static Raw raw(const uint4& w, const Side&) { return {w}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[8]) {
         constexpr uint32_t two64 = 0x5F805F80u;  // bf16x2 (2^64, 2^64): e4m3 * 2^-120 -> * 2^-56, all normal
         const uint32_t q[4] = {raw.w.x, raw.w.y, raw.w.z, raw.w.w};
@@ -37,8 +48,15 @@ struct Fp8BlockDecoder {
         const int in = proj == 0 ? p.H : p.I;
         const int bo = p.block_out, bi = p.block_in;
         // fused gate_up scales: gate's blocks, then up's (DESIGN.md), right when I % bo != 0
-        const int rb = proj == 1 ? r / bo : (r < p.I ? r / bo : (p.I + bo - 1) / bo + (r - p.I) / bo);
-        const int64_t at = int64_t(rb) * ((in + bi - 1) / bi) + (c * 64) / bi;
+        int64_t at;
+        if (((bo & (bo - 1)) | (bi & (bi - 1))) == 0) {  // powers of two (128 in every checkpoint): shifts
+            const int so = __ffs(bo) - 1, si = __ffs(bi) - 1;
+            const int rb = proj == 1 || r < p.I ? r >> so : ((p.I + bo - 1) >> so) + ((r - p.I) >> so);
+            at = int64_t(rb) * ((in + bi - 1) >> si) + ((c * 64) >> si);
+        } else {  // an integer division is ~20 instructions: per chunk and row, it showed in the profile
+            const int rb = proj == 1 ? r / bo : (r < p.I ? r / bo : (p.I + bo - 1) / bo + (r - p.I) / bo);
+            at = int64_t(rb) * ((in + bi - 1) / bi) + (c * 64) / bi;
+        }
         const uint8_t* s = bank_row(p, 2 + proj, slot);
         return p.scale_f32 ? __ldg(reinterpret_cast<const float*>(s) + at)
                            : bf16_bits_to_float(__ldg(reinterpret_cast<const unsigned short*>(s) + at));

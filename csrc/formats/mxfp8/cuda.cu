@@ -22,6 +22,17 @@ struct Mxfp8Decoder {
                 bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 32)};
     }
     __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u / 2)}; }
+    static constexpr bool kStaged = true;  // decode: experts_decode_staged (units through shared memory)
+    struct Side {
+        uint32_t s;
+    };
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        const int in = proj == 0 ? p.H : p.I;
+        return int64_t(in);
+    }
+    __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u / 2)}; }
+    __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[8]) {
         const uint32_t m = e8m0_bf16(raw.s, 58);  // 2^(s-127) * 2^58: with e4m3's 2^-120, w * 2^-62
         const uint32_t m2 = m | (m << 16);

@@ -23,6 +23,17 @@ struct Nvfp4Decoder {
                 reinterpret_cast<const unsigned short*>(bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 16))};
     }
     __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u)}; }
+    static constexpr bool kStaged = true;  // decode: experts_decode_staged (units through shared memory)
+    struct Side {
+        uint32_t s;
+    };
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        const int in = proj == 0 ? p.H : p.I;
+        return int64_t(in / 2);
+    }
+    __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u)}; }
+    __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t m2[2];
 #pragma unroll
