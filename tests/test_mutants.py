@@ -377,3 +377,70 @@ def test_mxfp4_layers_need_their_biases():
     del shapes["down_bias"]
     with pytest.raises(FtwError, match=r"^f: mxfp4 layer lacks bank 'down_bias'$"):
         mx.check_banks(shapes, 64, 32, {}, "f")
+
+
+# --- ftw/writers/atomic.py --------------------------------------------------------------------
+
+
+# kills: AtomicFile.commit's error without the destination, the step or the OS's reason
+def test_a_failed_commit_names_the_destination_and_the_os_error(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    def eio(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    dst = tmp_path / "out.bin"
+    f = atomic.AtomicFile(dst)
+    f.write(np.random.default_rng().integers(0, 256, 5000, dtype=np.uint8))
+    monkeypatch.setattr(atomic.os, "fsync", eio)
+    with pytest.raises(FtwError) as e:
+        f.commit()
+    assert str(e.value) == f"{dst}: cannot commit: {os.strerror(errno.EIO)}"
+    assert os.listdir(tmp_path) == [] and f.fd == -1  # aborted: nothing left, the file closed
+
+
+# kills: `_COMMITS.append(None)` (committed() then fails for every later report); committed()
+# compares the inode, so a file put there by someone else afterwards is not reported
+def test_committed_lists_the_destinations_this_process_put_in_place(tmp_path):
+    from ftw.writers import atomic
+
+    data = np.random.default_rng().integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    mine, other = tmp_path / "mine.bin", tmp_path / "other.bin"
+    for p in (mine, other):
+        f = atomic.AtomicFile(p)
+        f.write(data)
+        f.commit()
+        assert p.read_bytes() == data
+    assert {str(mine), str(other)} <= set(atomic.committed())
+    (tmp_path / "new").write_bytes(data)  # same bytes, another inode: not the file this process wrote
+    os.replace(tmp_path / "new", other)
+    assert str(mine) in atomic.committed() and str(other) not in atomic.committed()
+
+
+# kills: the reaper's stdout / stderr not /dev/null (it would hold the writer's own output pipes
+# open: a caller reading them would wait for the reaper), the reaper left in the writer's
+# session (a Ctrl-C or group kill would take it too)
+@pytest.mark.parametrize("out_fd", [1, 2])
+def test_the_reaper_runs_in_its_own_session_with_its_output_discarded(tmp_path, monkeypatch, out_fd):
+    from ftw.writers import atomic
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    r, w = os.pipe()
+    saved = os.dup(out_fd)
+    try:
+        os.dup2(w, out_fd)  # the writer's output is this pipe while it starts the reaper
+        os.close(w)
+        f = atomic.AtomicFile(tmp_path / "out.bin")
+    finally:
+        os.dup2(saved, out_fd)
+        os.close(saved)
+    try:
+        os.set_blocking(r, False)
+        assert os.read(r, 1) == b""  # end of file: no other process holds the pipe's write end
+        assert os.getsid(f._reaper.pid) == f._reaper.pid != os.getsid(0)
+    finally:
+        os.close(r)
+        f.abort()
+    assert os.listdir(tmp_path) == []
