@@ -379,6 +379,58 @@ def test_mxfp4_layers_need_their_biases():
         mx.check_banks(shapes, 64, 32, {}, "f")
 
 
+
+# kills: ggml_types: the Q8_1 size fix, sizes or names lost, the unknown-id and unknown-name
+# messages (their default `where`), a non-string name looked up, known_types' filter
+def test_ggml_types_sizes_names_and_errors():
+    import re
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from ftw.formats.ggml_types import ggml_type, ggml_type_named, known_types
+
+    types = known_types()
+    assert [t.id for t in types] == [q.value for q in GGMLQuantizationType if q in GGML_QUANT_SIZES]
+    assert ggml_type_named("Q8_1").nbytes == 36  # ggml's block_q8_1, not gguf 0.19's 40
+    for t in types:
+        q = GGMLQuantizationType(t.id)
+        assert t.name == q.name
+        assert (t.block, t.nbytes) == ((32, 36) if q.name == "Q8_1" else GGML_QUANT_SIZES[q])
+        assert ggml_type_named(t.name, "w: ") == t == ggml_type(t.id, "w")
+    with pytest.raises(UnsupportedError, match=r"^w: ggml type id 9999 is unknown to the installed gguf package \(a newer"):
+        ggml_type(9999, "w")
+    for bad in ("Q9_Z", 5, ["Q4_K"]):
+        with pytest.raises(UnsupportedError, match=rf"^w: ggml type {re.escape(repr(bad))} is unknown to the installed"):
+            ggml_type_named(bad, "w: ")
+    with pytest.raises(UnsupportedError, match=r"^ggml type 'Q9_Z' is unknown"):
+        ggml_type_named("Q9_Z")
+
+
+# kills: gguf: the example type names in the option error, f16 expert biases refused,
+# infer_dims dividing with `/` (a float I), the messages when gguf.quants cannot decode a type
+def test_gguf_options_biases_dims_and_undecodable_types():
+    from ftw.formats import FORMATS
+    from ftw.formats.gguf import row_nbytes
+
+    gg = FORMATS["gguf"]
+    with pytest.raises(FtwError, match=r"a ggml type name \(Q4_K, Q6_K, IQ2_XS, \.\.\.\)"):
+        LayerFormat.of("gguf", {"gate_up_type": "Q9_Z", "down_type": "Q4_K"})
+    H, I = 256, 512
+    opts = {"gate_up_type": "Q4_K", "down_type": "Q6_K"}
+    shapes = {n: (s.dtypes[0], s.row_shape) for n, s in gg.banks(H, I, opts).items()}
+    for dt in ("f32", "f16"):
+        gg.check_banks({**shapes, "gate_up_bias": (dt, (2 * I,)), "down_bias": (dt, (H,))}, H, I, opts, "f")
+    dims = gg.infer_dims({"down": (H, row_nbytes("Q6_K", I))}, opts)
+    assert dims == (H, I) and all(type(d) is int for d in dims)
+    rng = np.random.default_rng()
+    q8k = {"gate_up_type": "Q8_K", "down_type": "Q8_K"}  # gguf.quants has no Q8_K decoder
+    rows = {"gate_up": rng.integers(0, 256, (2 * I, row_nbytes("Q8_K", H)), dtype=np.uint8),
+            "down": rng.integers(0, 256, (H, row_nbytes("Q8_K", I)), dtype=np.uint8)}
+    with pytest.raises(UnsupportedError, match=r"^gguf\.quants cannot decode Q8_K/Q8_K/Q8_K: "):
+        gg.decode(rows, H, I, q8k)
+    with pytest.raises(UnsupportedError, match=r"^gguf\.quants cannot decode Q8_K: "):
+        gg.decode_projection({"weight": rows["down"], "type": "Q8_K"}, q8k)
+
 # --- ftw/writers/atomic.py --------------------------------------------------------------------
 
 
