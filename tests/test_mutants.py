@@ -454,18 +454,20 @@ def test_a_failed_commit_names_the_destination_and_the_os_error(tmp_path, monkey
 
 
 # kills: `_COMMITS.append(None)` (committed() then fails for every later report); committed()
-# compares the inode, so a file put there by someone else afterwards is not reported
+# ("no tests" in mutmut: only the CLI's interrupted-conversion report calls it) skips a
+# destination gone since, and compares the inode, so a file put there by someone else afterwards is not reported
 def test_committed_lists_the_destinations_this_process_put_in_place(tmp_path):
     from ftw.writers import atomic
 
     data = np.random.default_rng().integers(0, 256, 3000, dtype=np.uint8).tobytes()
-    mine, other = tmp_path / "mine.bin", tmp_path / "other.bin"
-    for p in (mine, other):
+    gone, mine, other = tmp_path / "gone.bin", tmp_path / "mine.bin", tmp_path / "other.bin"
+    for p in (gone, mine, other):
         f = atomic.AtomicFile(p)
         f.write(data)
         f.commit()
         assert p.read_bytes() == data
-    assert {str(mine), str(other)} <= set(atomic.committed())
+    os.unlink(gone)  # listed before the others: skipped, and the rest still reported
+    assert {str(mine), str(other)} <= set(atomic.committed()) and str(gone) not in atomic.committed()
     (tmp_path / "new").write_bytes(data)  # same bytes, another inode: not the file this process wrote
     os.replace(tmp_path / "new", other)
     assert str(mine) in atomic.committed() and str(other) not in atomic.committed()
@@ -496,3 +498,58 @@ def test_the_reaper_runs_in_its_own_session_with_its_output_discarded(tmp_path, 
         os.close(r)
         f.abort()
     assert os.listdir(tmp_path) == []
+
+
+# kills: AtomicFile.write's error without the destination, the step or the OS's reason; its
+# return value (the bytes written) lost; a short write (Linux writes at most 2 GiB - 4 KiB per
+# call) not continued; writes any buffer (a float array) as its bytes
+def test_write_continues_short_writes_and_names_a_failure(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    real_write = os.write
+    monkeypatch.setattr(atomic.os, "write", lambda fd, b: real_write(fd, b[:4096]))
+    data = np.random.default_rng().standard_normal(5000).astype(np.float32)
+    dst = tmp_path / "out.bin"
+    f = atomic.AtomicFile(dst)
+    assert f.write(data) == data.nbytes
+    f.commit()
+    assert dst.read_bytes() == data.tobytes()
+
+    def enospc(fd, b):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "write", enospc)
+    f = atomic.AtomicFile(tmp_path / "full.bin")
+    with pytest.raises(FtwError) as e:
+        f.write(data)
+    f.abort()
+    assert str(e.value) == f"{tmp_path / 'full.bin'}: cannot write: {os.strerror(errno.ENOSPC)}"
+    assert os.listdir(tmp_path) == ["out.bin"]
+
+
+# kills: the PC_NAME_MAX query mutated (the 255 fallback taken instead) or its fallback lost:
+# on a filesystem whose names are shorter (eCryptfs: 143 bytes) the temporary name must fit
+@pytest.mark.parametrize("name_max", [143, None])
+def test_the_temporary_name_fits_the_folders_name_max(tmp_path, monkeypatch, name_max):
+    from ftw.writers import atomic
+
+    real_pathconf = os.pathconf
+
+    def pathconf(path, name):
+        if name_max is None:
+            raise OSError(22, "Invalid argument")  # a filesystem that does not say
+        return name_max if name == "PC_NAME_MAX" else real_pathconf(path, name)
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    monkeypatch.setattr(atomic.os, "pathconf", pathconf)
+    limit = name_max or 255
+    dst = tmp_path / ("m" * (limit - 4) + ".ftw")  # the longest name the folder takes
+    f = atomic.AtomicFile(dst)
+    tmp = os.path.basename(f._named_tmp)
+    assert len(os.fsencode(tmp)) <= limit and tmp.startswith(".mmm") and tmp.endswith(".tmp")
+    payload = np.random.default_rng().integers(0, 256, 999, dtype=np.uint8)
+    f.write(payload)
+    f.commit()
+    assert dst.read_bytes() == payload.tobytes() and os.listdir(tmp_path) == [dst.name]
