@@ -450,7 +450,7 @@ def test_a_failed_commit_names_the_destination_and_the_os_error(tmp_path, monkey
     with pytest.raises(FtwError) as e:
         f.commit()
     assert str(e.value) == f"{dst}: cannot commit: {os.strerror(errno.EIO)}"
-    assert os.listdir(tmp_path) == [] and f.fd == -1  # aborted: nothing left, the file closed
+    assert os.listdir(tmp_path) == [] and f.fd < 0  # aborted: nothing left, the file closed
 
 
 # kills: `_COMMITS.append(None)` (committed() then fails for every later report); committed()
@@ -529,10 +529,14 @@ def test_write_continues_short_writes_and_names_a_failure(tmp_path, monkeypatch)
     assert os.listdir(tmp_path) == ["out.bin"]
 
 
-# kills: the PC_NAME_MAX query mutated (the 255 fallback taken instead) or its fallback lost:
-# on a filesystem whose names are shorter (eCryptfs: 143 bytes) the temporary name must fit
-@pytest.mark.parametrize("name_max", [143, None])
+# kills: the PC_NAME_MAX query mutated (the 255 fallback taken instead), its fallback lost or
+# 256; the cut of the name (its arithmetic, `max(2, ...)`), the name's folder, prefix and random
+# part: on a filesystem whose names are shorter (eCryptfs: 143 bytes) the temporary name must
+# fit, and it keeps as much of the destination's name as fits
+@pytest.mark.parametrize("name_max", [143, 15, None])
 def test_the_temporary_name_fits_the_folders_name_max(tmp_path, monkeypatch, name_max):
+    import re
+
     from ftw.writers import atomic
 
     real_pathconf = os.pathconf
@@ -547,9 +551,55 @@ def test_the_temporary_name_fits_the_folders_name_max(tmp_path, monkeypatch, nam
     limit = name_max or 255
     dst = tmp_path / ("m" * (limit - 4) + ".ftw")  # the longest name the folder takes
     f = atomic.AtomicFile(dst)
+    assert os.path.dirname(f._named_tmp) == str(tmp_path)
     tmp = os.path.basename(f._named_tmp)
-    assert len(os.fsencode(tmp)) <= limit and tmp.startswith(".mmm") and tmp.endswith(".tmp")
+    kept = limit - 1 - len(".12345678.tmp")
+    assert re.fullmatch(rf"\.{dst.name[:kept]}\.[0-9a-f]{{8}}\.tmp", tmp) and len(tmp) == limit, tmp
     payload = np.random.default_rng().integers(0, 256, 999, dtype=np.uint8)
     f.write(payload)
     f.commit()
     assert dst.read_bytes() == payload.tobytes() and os.listdir(tmp_path) == [dst.name]
+
+
+# kills: AtomicFile's default force=True (an existing file replaced unasked); the temporary
+# file's mode 0o644 lost (0o777 by default) or changed
+def test_atomic_file_keeps_an_existing_file_by_default_and_writes_mode_644(tmp_path):
+    from ftw.errors import DestinationExistsError
+    from ftw.writers import atomic
+
+    old = tmp_path / "old.bin"
+    old.write_bytes(b"theirs")
+    with pytest.raises(DestinationExistsError, match="exists"):
+        atomic.AtomicFile(old)
+    assert old.read_bytes() == b"theirs"
+    umask = os.umask(0o022)
+    try:
+        f = atomic.AtomicFile(tmp_path / "new.bin")
+    finally:
+        os.umask(umask)
+    f.write(b"ours")
+    f.commit()
+    assert (tmp_path / "new.bin").stat().st_mode & 0o777 == 0o644
+
+
+# kills: abort() closing only descriptors above 0 (a writer started with stdin closed, as a
+# daemon may be, gets descriptor 0 for its file), or leaving fd set to a number after closing
+# it (a second abort(), as after a failed commit, would close another file or fail)
+def test_abort_closes_descriptor_0_and_can_be_repeated(tmp_path, monkeypatch):
+    from ftw.writers import atomic
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        f = atomic.AtomicFile(tmp_path / "out.bin")
+        assert f.fd == 0
+        f.abort()
+        with pytest.raises(OSError):
+            os.fstat(0)  # closed by abort
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert f.fd < 0
+    f.abort()
+    assert os.listdir(tmp_path) == [] and os.fstat(0)
