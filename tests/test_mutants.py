@@ -603,3 +603,49 @@ def test_abort_closes_descriptor_0_and_can_be_repeated(tmp_path, monkeypatch):
     assert f.fd < 0
     f.abort()
     assert os.listdir(tmp_path) == [] and os.fstat(0)
+
+
+# kills: _anonymous_files_link's cache keyed by nothing (one filesystem's answer taken for
+# every other), its errno rule inverted (a folder this user may not write is cached as the
+# filesystem's answer, a filesystem without O_TMPFILE probed again and again), a refusal
+# answered True, and an OS without O_TMPFILE taken to have it. The refusals are made by a
+# stand-in os.open: as root on this machine no folder refuses O_TMPFILE.
+def test_the_o_tmpfile_probe_is_cached_per_filesystem_not_per_refused_folder(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    real_open = os.open
+    probes, refusal = [], {}
+
+    def tmpfile_refused(path, flags, mode=0o777):
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            probes.append(path)
+            raise OSError(refusal[path], os.strerror(refusal[path]))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(atomic.os, "open", tmpfile_refused)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    refusal.update({str(a): errno.EOPNOTSUPP, str(b): errno.EACCES})
+    for folder, probed in ((a, [a]), (b, [b, b])):  # EOPNOTSUPP: the filesystem's answer, kept
+        monkeypatch.setattr(atomic, "_LINKABLE", {})
+        probes.clear()
+        assert not atomic._anonymous_files_link(str(folder)) and not atomic._anonymous_files_link(str(folder))
+        assert probes == [str(p) for p in probed]
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.stat(shm).st_dev != os.stat(a).st_dev:
+        monkeypatch.setattr(atomic, "_LINKABLE", {})
+        refusal[shm] = errno.EOPNOTSUPP
+        probes.clear()
+        atomic._anonymous_files_link(str(a))
+        atomic._anonymous_files_link(shm)  # another filesystem: probed, not answered from a's
+        assert probes == [str(a), shm]
+    monkeypatch.setattr(atomic.os, "open", real_open)
+    monkeypatch.setattr(atomic, "_LINKABLE", {})
+    monkeypatch.delattr(os, "O_TMPFILE")  # as on macOS
+    assert not atomic._anonymous_files_link(str(a))
+    f = atomic.AtomicFile(a / "out.bin")
+    f.write(b"\x01\x02")
+    f.commit()
+    assert (a / "out.bin").read_bytes() == b"\x01\x02"
