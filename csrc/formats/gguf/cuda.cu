@@ -589,6 +589,20 @@ __device__ __forceinline__ void k_values(const uint32_t (&q)[8], float d1s, floa
     }
 }
 
+// A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
+// offset of its first byte within the loaded words.
+template <int N, int A>
+struct WholeBlock {
+    struct Raw {
+        Span<N, A> s;
+        uint32_t o;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u) * N;
+        return {load_span<N, A>(b), addr_low(b, 7)};
+    }
+};
+
 // Fast<T>: T's own decoder (kHas), or none (the table-driven GgmlDecoder serves T).
 template <class T>
 struct Fast {
@@ -597,17 +611,9 @@ struct Fast {
 
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
 template <>
-struct Fast<Q8_0> {
+struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200: 0.33x of the ceiling, Loaded 0.29x
-    struct Raw {
-        Span<34, 2> s;
-        uint32_t o;
-    };
-    __device__ static Raw load(const uint8_t* row, int u) {
-        const uint8_t* b = row + int64_t(u) * 34;
-        return {load_span<34, 2>(b), addr_low(b, 7)};
-    }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
         span_words(raw.s, v);
@@ -627,15 +633,7 @@ struct Fast<Q8_0> {
 };
 
 // the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
-struct Block18 {
-    struct Raw {
-        Span<18, 2> s;
-        uint32_t o;
-    };
-    __device__ static Raw load(const uint8_t* row, int u) {
-        const uint8_t* b = row + int64_t(u) * 18;
-        return {load_span<18, 2>(b), addr_low(b, 7)};
-    }
+struct Block18 : WholeBlock<18, 2> {
     __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
         uint32_t v[6], dq[1];
         span_words(raw.s, v);
@@ -683,17 +681,9 @@ struct Fast<IQ4_NL> : Block18 {
 // for e in 63..190 (real checkpoints sit near 120). Nibble order as Q4_0 (value j: low nibble of
 // byte j, j + 16: high), which e2m1x8_raw turns into the pairs permute() matches.
 template <>
-struct Fast<MXFP4> {
+struct Fast<MXFP4> : WholeBlock<17, 1> {
     static constexpr bool kHas = true;
     static constexpr float kPost = kTwo62;
-    struct Raw {
-        Span<17, 1> s;
-        uint32_t o;
-    };
-    __device__ static Raw load(const uint8_t* row, int u) {
-        const uint8_t* b = row + int64_t(u) * 17;
-        return {load_span<17, 1>(b), addr_low(b, 7)};
-    }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[6], e[1], q[4];
         span_words(raw.s, v);
