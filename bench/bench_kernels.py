@@ -24,7 +24,8 @@ CUDA graph and timed with CUDA events over many replays.
 
 GGUF (issue 14): --formats gguf:Q4_K,gguf:Q8_0,... (every projection of that ggml type; random
 quant bytes, small finite scales); there is no torch decoder of ggml types, so the baseline is
-the ceiling alone.
+the ceiling alone; --cpu-baseline adds ftw's CPU executor (CpuMoeExecutor, every host core)
+on the same T=1 step and prints GPU time / CPU time.
 
 Prefill: T = 2048 tokens, top_k = 8, uniform random routing, TFLOP/s (2 * T * K * 3 * H * I
 flops per layer) against a torch bf16 matmul (8192^3) in the same run.
@@ -273,6 +274,30 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     return r
 
 
+def cpu_decode_time(view: ce.LayerView, H: int, E: int, nsteps: int = 8, reps: int = 3) -> dict:  # noqa: E741
+    """--cpu-baseline: seconds per decode step (T=1, top_k=8) of ftw's CpuMoeExecutor on every core
+    of this host, over the first min(E, 8 * nsteps) experts of the same layer copied to host memory;
+    step s routes to experts 8s..8s+7, so a step reads rows no step before it in the round read."""
+    import numpy as np
+
+    from ftw.loader import ExpertBanks
+    from ftw.runtime import CpuMoeExecutor
+
+    n = min(E, K * nsteps)
+    banks = {name: {0: t[:n].cpu().numpy()} for name, t in view.banks.items() if t.numel()}
+    ex = CpuMoeExecutor(ExpertBanks(banks, {0: view.format}, n), activation=Activation("silu"))
+    x = np.random.default_rng(0).standard_normal((1, H)).astype(np.float32)
+    wts = np.full((1, K), 1.0 / K, dtype=np.float32)
+    plans = [np.array([[(K * s + j) % n for j in range(K)]], dtype=np.int32) for s in range(nsteps)]
+    for p in plans:  # warm-up: worker threads, first touch of the host copies
+        ex.forward(0, x, p, wts)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        for p in plans:
+            ex.forward(0, x, p, wts)
+    return {"cpu_us": (time.perf_counter() - t0) / (reps * nsteps) * 1e6, "cpu_threads": ex.threads}
+
+
 def bench_prefill(view, H, I, E, dev, T=2048) -> dict:  # noqa: E741
     ids = torch.stack([torch.randperm(E, device=dev)[:K] for _ in range(T)]).to(torch.int32)
     x = torch.randn((T, H), dtype=torch.bfloat16, device=dev)
@@ -362,6 +387,8 @@ def main() -> None:
                     help="also time these decode kernels in the same run: " + ",".join(VARIANTS))
     ap.add_argument("--profile", action="store_true",
                     help="only a few eager T=1 decode steps per size and format (for ncu)")
+    ap.add_argument("--cpu-baseline", action="store_true",
+                    help="gguf formats: also time ftw's CPU executor on the same T=1 step (every host core)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     if args.profile:
@@ -403,6 +430,11 @@ def main() -> None:
             same8 = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8
                          and d["routing"] == "same")
             print(f"  T=8 same experts / T=1: {same8['us'] / one['us']:.2f}x", flush=True)
+            if args.cpu_baseline and name.startswith("gguf"):
+                one.update(cpu_decode_time(view, H, E))
+                one["gpu_over_cpu"] = one["us"] / one["cpu_us"]
+                print(f"  CPU executor T=1 ({one['cpu_threads']} threads): {one['cpu_us']:.0f} us; GPU / CPU time "
+                      f"= {one['gpu_over_cpu']:.4f} ({1 / one['gpu_over_cpu']:.0f}x faster)", flush=True)
             if not args.no_prefill:
                 p = bench_prefill(view, H, I, E, dev)
                 p.update(size=size, format=name, vs_matmul=p["TFLOPs"] / res["matmul_bf16_TFLOPs"])
@@ -426,7 +458,8 @@ def main() -> None:
                   f"{s8['us'] / a['us']:11.2f} | {i8['GBps']:11.0f} {i8['vs_ceiling']:6.2f} | "
                   f"{p['TFLOPs'] if p else math.nan:8.1f}"
                   + "".join(f" | {v} x ceil {a[v + '_vs_ceiling']:.2f} {s8[v + '_us'] / a[v + '_us']:.2f} "
-                            f"{i8[v + '_vs_ceiling']:.2f}" for v in variants))
+                            f"{i8[v + '_vs_ceiling']:.2f}" for v in variants)
+                  + (f" | GPU/CPU executor time {a['gpu_over_cpu']:.4f}" if "gpu_over_cpu" in a else ""))
 
 
 if __name__ == "__main__":

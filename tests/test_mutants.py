@@ -377,3 +377,275 @@ def test_mxfp4_layers_need_their_biases():
     del shapes["down_bias"]
     with pytest.raises(FtwError, match=r"^f: mxfp4 layer lacks bank 'down_bias'$"):
         mx.check_banks(shapes, 64, 32, {}, "f")
+
+
+
+# kills: ggml_types: the Q8_1 size fix, sizes or names lost, the unknown-id and unknown-name
+# messages (their default `where`), a non-string name looked up, known_types' filter
+def test_ggml_types_sizes_names_and_errors():
+    import re
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from ftw.formats.ggml_types import ggml_type, ggml_type_named, known_types
+
+    types = known_types()
+    assert [t.id for t in types] == [q.value for q in GGMLQuantizationType if q in GGML_QUANT_SIZES]
+    assert ggml_type_named("Q8_1").nbytes == 36  # ggml's block_q8_1, not gguf 0.19's 40
+    for t in types:
+        q = GGMLQuantizationType(t.id)
+        assert t.name == q.name
+        assert (t.block, t.nbytes) == ((32, 36) if q.name == "Q8_1" else GGML_QUANT_SIZES[q])
+        assert ggml_type_named(t.name, "w: ") == t == ggml_type(t.id, "w")
+    with pytest.raises(UnsupportedError, match=r"^w: ggml type id 9999 is unknown to the installed gguf package \(a newer"):
+        ggml_type(9999, "w")
+    for bad in ("Q9_Z", 5, ["Q4_K"]):
+        with pytest.raises(UnsupportedError, match=rf"^w: ggml type {re.escape(repr(bad))} is unknown to the installed"):
+            ggml_type_named(bad, "w: ")
+    with pytest.raises(UnsupportedError, match=r"^ggml type 'Q9_Z' is unknown"):
+        ggml_type_named("Q9_Z")
+
+
+# kills: gguf: the example type names in the option error, f16 expert biases refused,
+# infer_dims dividing with `/` (a float I), the messages when gguf.quants cannot decode a type
+def test_gguf_options_biases_dims_and_undecodable_types():
+    from ftw.formats import FORMATS
+    from ftw.formats.gguf import row_nbytes
+
+    gg = FORMATS["gguf"]
+    with pytest.raises(FtwError, match=r"a ggml type name \(Q4_K, Q6_K, IQ2_XS, \.\.\.\)"):
+        LayerFormat.of("gguf", {"gate_up_type": "Q9_Z", "down_type": "Q4_K"})
+    H, I = 256, 512
+    opts = {"gate_up_type": "Q4_K", "down_type": "Q6_K"}
+    shapes = {n: (s.dtypes[0], s.row_shape) for n, s in gg.banks(H, I, opts).items()}
+    for dt in ("f32", "f16"):
+        gg.check_banks({**shapes, "gate_up_bias": (dt, (2 * I,)), "down_bias": (dt, (H,))}, H, I, opts, "f")
+    dims = gg.infer_dims({"down": (H, row_nbytes("Q6_K", I))}, opts)
+    assert dims == (H, I) and all(type(d) is int for d in dims)
+    rng = np.random.default_rng()
+    q8k = {"gate_up_type": "Q8_K", "down_type": "Q8_K"}  # gguf.quants has no Q8_K decoder
+    rows = {"gate_up": rng.integers(0, 256, (2 * I, row_nbytes("Q8_K", H)), dtype=np.uint8),
+            "down": rng.integers(0, 256, (H, row_nbytes("Q8_K", I)), dtype=np.uint8)}
+    with pytest.raises(UnsupportedError, match=r"^gguf\.quants cannot decode Q8_K/Q8_K/Q8_K: "):
+        gg.decode(rows, H, I, q8k)
+    with pytest.raises(UnsupportedError, match=r"^gguf\.quants cannot decode Q8_K: "):
+        gg.decode_projection({"weight": rows["down"], "type": "Q8_K"}, q8k)
+
+# --- ftw/writers/atomic.py --------------------------------------------------------------------
+
+
+# kills: AtomicFile.commit's error without the destination, the step or the OS's reason
+def test_a_failed_commit_names_the_destination_and_the_os_error(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    def eio(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    dst = tmp_path / "out.bin"
+    f = atomic.AtomicFile(dst)
+    f.write(np.random.default_rng().integers(0, 256, 5000, dtype=np.uint8))
+    monkeypatch.setattr(atomic.os, "fsync", eio)
+    with pytest.raises(FtwError) as e:
+        f.commit()
+    assert str(e.value) == f"{dst}: cannot commit: {os.strerror(errno.EIO)}"
+    assert os.listdir(tmp_path) == [] and f.fd < 0  # aborted: nothing left, the file closed
+
+
+# kills: `_COMMITS.append(None)` (committed() then fails for every later report); committed()
+# ("no tests" in mutmut: only the CLI's interrupted-conversion report calls it) skips a
+# destination gone since, and compares the inode, so a file put there by someone else afterwards is not reported
+def test_committed_lists_the_destinations_this_process_put_in_place(tmp_path):
+    from ftw.writers import atomic
+
+    data = np.random.default_rng().integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    gone, mine, other = tmp_path / "gone.bin", tmp_path / "mine.bin", tmp_path / "other.bin"
+    for p in (gone, mine, other):
+        f = atomic.AtomicFile(p)
+        f.write(data)
+        f.commit()
+        assert p.read_bytes() == data
+    os.unlink(gone)  # listed before the others: skipped, and the rest still reported
+    assert {str(mine), str(other)} <= set(atomic.committed()) and str(gone) not in atomic.committed()
+    (tmp_path / "new").write_bytes(data)  # same bytes, another inode: not the file this process wrote
+    os.replace(tmp_path / "new", other)
+    assert str(mine) in atomic.committed() and str(other) not in atomic.committed()
+
+
+# kills: the reaper's stdout / stderr not /dev/null (it would hold the writer's own output pipes
+# open: a caller reading them would wait for the reaper), the reaper left in the writer's
+# session (a Ctrl-C or group kill would take it too)
+@pytest.mark.parametrize("out_fd", [1, 2])
+def test_the_reaper_runs_in_its_own_session_with_its_output_discarded(tmp_path, monkeypatch, out_fd):
+    from ftw.writers import atomic
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    r, w = os.pipe()
+    saved = os.dup(out_fd)
+    try:
+        os.dup2(w, out_fd)  # the writer's output is this pipe while it starts the reaper
+        os.close(w)
+        f = atomic.AtomicFile(tmp_path / "out.bin")
+    finally:
+        os.dup2(saved, out_fd)
+        os.close(saved)
+    try:
+        os.set_blocking(r, False)
+        assert os.read(r, 1) == b""  # end of file: no other process holds the pipe's write end
+        assert os.getsid(f._reaper.pid) == f._reaper.pid != os.getsid(0)
+    finally:
+        os.close(r)
+        f.abort()
+    assert os.listdir(tmp_path) == []
+
+
+# kills: AtomicFile.write's error without the destination, the step or the OS's reason; its
+# return value (the bytes written) lost; a short write (Linux writes at most 2 GiB - 4 KiB per
+# call) not continued; writes any buffer (a float array) as its bytes
+def test_write_continues_short_writes_and_names_a_failure(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    real_write = os.write
+    monkeypatch.setattr(atomic.os, "write", lambda fd, b: real_write(fd, b[:4096]))
+    data = np.random.default_rng().standard_normal(5000).astype(np.float32)
+    dst = tmp_path / "out.bin"
+    f = atomic.AtomicFile(dst)
+    assert f.write(data) == data.nbytes
+    f.commit()
+    assert dst.read_bytes() == data.tobytes()
+
+    def enospc(fd, b):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "write", enospc)
+    f = atomic.AtomicFile(tmp_path / "full.bin")
+    with pytest.raises(FtwError) as e:
+        f.write(data)
+    f.abort()
+    assert str(e.value) == f"{tmp_path / 'full.bin'}: cannot write: {os.strerror(errno.ENOSPC)}"
+    assert os.listdir(tmp_path) == ["out.bin"]
+
+
+# kills: the PC_NAME_MAX query mutated (the 255 fallback taken instead), its fallback lost or
+# 256; the cut of the name (its arithmetic, `max(2, ...)`), the name's folder, prefix and random
+# part: on a filesystem whose names are shorter (eCryptfs: 143 bytes) the temporary name must
+# fit, and it keeps as much of the destination's name as fits
+@pytest.mark.parametrize("name_max", [143, 15, None])
+def test_the_temporary_name_fits_the_folders_name_max(tmp_path, monkeypatch, name_max):
+    import re
+
+    from ftw.writers import atomic
+
+    real_pathconf = os.pathconf
+
+    def pathconf(path, name):
+        if name_max is None:
+            raise OSError(22, "Invalid argument")  # a filesystem that does not say
+        return name_max if name == "PC_NAME_MAX" else real_pathconf(path, name)
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    monkeypatch.setattr(atomic.os, "pathconf", pathconf)
+    limit = name_max or 255
+    dst = tmp_path / ("m" * (limit - 4) + ".ftw")  # the longest name the folder takes
+    f = atomic.AtomicFile(dst)
+    assert os.path.dirname(f._named_tmp) == str(tmp_path)
+    tmp = os.path.basename(f._named_tmp)
+    kept = limit - 1 - len(".12345678.tmp")
+    assert re.fullmatch(rf"\.{dst.name[:kept]}\.[0-9a-f]{{8}}\.tmp", tmp) and len(tmp) == limit, tmp
+    payload = np.random.default_rng().integers(0, 256, 999, dtype=np.uint8)
+    f.write(payload)
+    f.commit()
+    assert dst.read_bytes() == payload.tobytes() and os.listdir(tmp_path) == [dst.name]
+
+
+# kills: AtomicFile's default force=True (an existing file replaced unasked); the temporary
+# file's mode 0o644 lost (0o777 by default) or changed
+def test_atomic_file_keeps_an_existing_file_by_default_and_writes_mode_644(tmp_path):
+    from ftw.errors import DestinationExistsError
+    from ftw.writers import atomic
+
+    old = tmp_path / "old.bin"
+    old.write_bytes(b"theirs")
+    with pytest.raises(DestinationExistsError, match="exists"):
+        atomic.AtomicFile(old)
+    assert old.read_bytes() == b"theirs"
+    umask = os.umask(0o022)
+    try:
+        f = atomic.AtomicFile(tmp_path / "new.bin")
+    finally:
+        os.umask(umask)
+    f.write(b"ours")
+    f.commit()
+    assert (tmp_path / "new.bin").stat().st_mode & 0o777 == 0o644
+
+
+# kills: abort() closing only descriptors above 0 (a writer started with stdin closed, as a
+# daemon may be, gets descriptor 0 for its file), or leaving fd set to a number after closing
+# it (a second abort(), as after a failed commit, would close another file or fail)
+def test_abort_closes_descriptor_0_and_can_be_repeated(tmp_path, monkeypatch):
+    from ftw.writers import atomic
+
+    monkeypatch.setattr(atomic, "_anonymous_files_link", lambda folder: False)  # the named-file path
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        f = atomic.AtomicFile(tmp_path / "out.bin")
+        assert f.fd == 0
+        f.abort()
+        with pytest.raises(OSError):
+            os.fstat(0)  # closed by abort
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert f.fd < 0
+    f.abort()
+    assert os.listdir(tmp_path) == [] and os.fstat(0)
+
+
+# kills: _anonymous_files_link's cache keyed by nothing (one filesystem's answer taken for
+# every other), its errno rule inverted (a folder this user may not write is cached as the
+# filesystem's answer, a filesystem without O_TMPFILE probed again and again), a refusal
+# answered True, and an OS without O_TMPFILE taken to have it. The refusals are made by a
+# stand-in os.open: as root on this machine no folder refuses O_TMPFILE.
+def test_the_o_tmpfile_probe_is_cached_per_filesystem_not_per_refused_folder(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    real_open = os.open
+    probes, refusal = [], {}
+
+    def tmpfile_refused(path, flags, mode=0o777):
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            probes.append(path)
+            raise OSError(refusal[path], os.strerror(refusal[path]))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(atomic.os, "open", tmpfile_refused)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    refusal.update({str(a): errno.EOPNOTSUPP, str(b): errno.EACCES})
+    for folder, probed in ((a, [a]), (b, [b, b])):  # EOPNOTSUPP: the filesystem's answer, kept
+        monkeypatch.setattr(atomic, "_LINKABLE", {})
+        probes.clear()
+        assert not atomic._anonymous_files_link(str(folder)) and not atomic._anonymous_files_link(str(folder))
+        assert probes == [str(p) for p in probed]
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.stat(shm).st_dev != os.stat(a).st_dev:
+        monkeypatch.setattr(atomic, "_LINKABLE", {})
+        refusal[shm] = errno.EOPNOTSUPP
+        probes.clear()
+        atomic._anonymous_files_link(str(a))
+        atomic._anonymous_files_link(shm)  # another filesystem: probed, not answered from a's
+        assert probes == [str(a), shm]
+    monkeypatch.setattr(atomic.os, "open", real_open)
+    monkeypatch.setattr(atomic, "_LINKABLE", {})
+    monkeypatch.delattr(os, "O_TMPFILE")  # as on macOS
+    assert not atomic._anonymous_files_link(str(a))
+    f = atomic.AtomicFile(a / "out.bin")
+    f.write(b"\x01\x02")
+    f.commit()
+    assert (a / "out.bin").read_bytes() == b"\x01\x02"

@@ -1,24 +1,27 @@
 // GGUF experts on the GPU: raw ggml rows, a ggml type per projection (gate, up, down), read from
-// the slots as the file stores them. One decoder serves every type: a 32-value unit of a row is
-// one sub-block of its ggml block (a whole block for the 32-value types, one eighth of a 256-value
-// K/IQ super-block), and the unit's 32 floats are computed exactly as ggml's dequantize_row_*
-// does (bit-exact float32: products rounded in ggml's order, no FMA contraction), then rounded to
-// bf16 for the tensor cores. The type is a value of the row (a layer's gate, up and down may
-// differ), so one kernel instantiation covers every type pair; the per-type work is one switch,
-// generated from the one type list below (FTW_GGML_CUDA_TYPES). Q4_K alone also has a decoder
-// of its own (below), used where a projection's rows are all Q4_K.
+// the slots as the file stores them. A 32-value unit of a row is one sub-block of its ggml block
+// (a whole block for the 32-value types, one eighth of a 256-value K/IQ super-block), and the
+// unit's 32 floats are computed exactly as ggml's dequantize_row_* does (bit-exact float32:
+// products rounded in ggml's order, no FMA contraction), then rounded to bf16 for the tensor cores.
+//
+// Two kinds of decoder, from the one type list below (FTW_GGML_CUDA_TYPES):
+// - TypedDecoder<T> (a Fast<T> specialisation per type): a projection whose rows are all of type T
+//   (gate and up both, or down) and whose bank sits on 16-byte boundaries runs a kernel made for
+//   T, which keeps the unit's bytes in flight a ring stage ahead (in registers, or in the L1 for
+//   the types whose bytes would not fit: Fast<T>::kPrefetch) and decodes without int -> float
+//   conversions. 14 types; Q5_0, Q4_1, Q5_1 have none yet.
+// - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
+//   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
+// The launch looks each projection's decoder up (with_decoder); FTW_GGUF_CUDA_DECODER=table |
+// loaded | prefetched forces one kind for the bench's comparisons.
 //
 // Numerics: a bf16 weight is within 2^-9 of ggml's float32 value (relative), unlike the other
 // formats whose decoded values are exact in bf16; the error of a dot product averages out to a
 // few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
-//
-// Loads: a ggml block is not 16-byte aligned in general (Q8_0: 34 bytes, MXFP4: 17), so the
-// decoder reads 32-bit words at any byte address (two aligned loads and a funnel shift) through
-// the read-only cache; the unit's load is deferred to decode (Raw is the block's address), which
-// keeps registers low for the largest types (Q6_K reads 64 bytes for 32 values). Q4_K, whose
-// 144-byte blocks keep 16-byte alignment, has its own decoder that loads a ring stage ahead
-// (Q4KDecoder, ~1.5x); the launch picks a decoder per projection.
+#include <cstdlib>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/errors.h"
@@ -449,70 +452,784 @@ struct GgmlDecoder {
     __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
 };
 
-// Q4_K rows whose blocks sit on 16-byte boundaries (144-byte blocks: whenever the bank base and
-// slot stride are 16-byte aligned, as the pools make them): the unit's bytes are loaded a ring
-// stage ahead as three 16-byte vectors (the block's d, dmin and 12 scale bytes; the 32 bytes of
-// nibbles of its sub-block pair), and decoded from registers. The same values as Q4_K::sub.
-struct Q4KDecoder {
-    static constexpr int VEC = 32;
-    using Row = GgmlDecoder::Row;
-    struct Raw {
-        uint4 head, q0, q1;
-        int j;  // the unit's sub-block in its block
-    };
-    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) { return GgmlDecoder::row(p, proj, slot, r); }
-    __device__ static Raw load(const Row& row, int u) {
-        const uint8_t* b = row.p + int64_t(u >> 3) * Q4_K::size.block_bytes;
-        const int j = u & 7;
-        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
-        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), j};
-    }
-    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
-        const uint4 h = raw.head;
-        const int j = raw.j;
-        const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFF)));
-        const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
-        auto sb = [&](int i) {  // scale byte i (0..11): bytes 4..15 of the block
-            const uint32_t v = i < 4 ? h.y : (i < 8 ? h.z : h.w);
-            return (v >> (8 * (i & 3))) & 0xFFu;
-        };
-        uint32_t sc, mn;
-        if (j < 4) {
-            sc = sb(j) & 63;
-            mn = sb(j + 4) & 63;
-        } else {
-            sc = (sb(j + 4) & 15) | ((sb(j - 4) >> 2) & 0x30);
-            mn = (sb(j + 4) >> 4) | ((sb(j) >> 2) & 0x30);
-        }
-        const float d1 = d * float(sc), m1 = dmin * float(mn);
-        const uint32_t q[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
-        const int shift = 4 * (j & 1);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const float a = mul_sub(d1, float((byte_of(q, 2 * i) >> shift) & 15), m1);
-            const float c = mul_sub(d1, float((byte_of(q, 2 * i + 1) >> shift) & 15), m1);
-            w[i] = pack_bf16x2(a, c);
-        }
-    }
-    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_identity(x, a); }
-    __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
+// ---- decoders of their own: a unit's bytes loaded a ring stage ahead ---------------------------
+//
+// A type with a decoder of its own (a Fast<T> specialisation) runs a projection whose rows are all
+// of that type (gate and up both, or down) through TypedDecoder<T>: load() only issues the loads
+// of the unit's weight bytes and of the scale bytes it needs, into registers (Raw), so the
+// kernels' ring keeps them in flight; decode() works from those registers. Values stay bit-exact
+// to ggml's float32 ones without int -> float conversions (a quarter-rate instruction): a small
+// integer q becomes the float 2^23 + q by placing its byte under the exponent of 2^23 (prmt), and
+// ggml's d * q is one fma, (2^23 + q) * d - 2^23 * d, rounded once from the exact product.
+// Blocks are only as aligned as their size allows (Q8_0: 34 bytes, 2-byte aligned; MXFP4: 17),
+// so a unit's bytes are read as the aligned 8-byte words covering them (Span) and shifted into
+// place in registers (bytes_at). The launch takes these decoders only where the bank base and the
+// slot stride are 16-byte aligned (as the pools make them): a block then sits at a multiple of
+// gcd(16, block bytes), the alignment each decoder assumes.
+
+__device__ __forceinline__ uint2 ld_stream2(const void* p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+// the aligned 8-byte words covering L bytes at an address aligned to A (the last word may hold
+// bytes past the L, never past the aligned word holding the block's last byte)
+template <int L, int A>
+struct Span {
+    static constexpr int N = (L + 8 - A + 7) / 8;
+    uint2 v[N];
 };
 
-// The launch: a projection of Q4_K rows (gate and up both, or down) on 16-byte boundaries takes
-// Q4KDecoder, everything else the table-driven GgmlDecoder.
+template <int L, int A>
+__device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
+    const uint2* base = reinterpret_cast<const uint2*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(7));
+    Span<L, A> s;
+#pragma unroll
+    for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = ld_stream2(base + i);
+    return s;
+}
+
+template <int L, int A>
+__device__ __forceinline__ void span_words(const Span<L, A>& s, uint32_t (&w)[2 * Span<L, A>::N]) {
+#pragma unroll
+    for (int i = 0; i < Span<L, A>::N; ++i) w[2 * i] = s.v[i].x, w[2 * i + 1] = s.v[i].y;
+}
+
+__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
+    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
+}
+
+// out[k] = the 4 bytes at byte r + 4k of the little-endian words w, for r <= MAXR (words past w's
+// end read as 0: only bytes beyond the ones asked for come from them). FUNNEL: r may be odd or 2
+// mod 4 (else a multiple of 4).
+template <int NO, int MAXR, bool FUNNEL, int NI>
+__device__ __forceinline__ void bytes_at(const uint32_t (&w)[NI], uint32_t r, uint32_t (&out)[NO]) {
+    constexpr int NB = NO + (FUNNEL ? 1 : 0);
+    uint32_t b[NB + 1], a[NB];
+#pragma unroll
+    for (int k = 0; k <= NB; ++k) {
+        const uint32_t w0 = k < NI ? w[k] : 0u, w2 = k + 2 < NI ? w[k + 2] : 0u;
+        b[k] = (MAXR >= 8 && (r & 8)) ? w2 : w0;
+    }
+#pragma unroll
+    for (int k = 0; k < NB; ++k) a[k] = (MAXR >= 4 && (r & 4)) ? b[k + 1] : b[k];
+#pragma unroll
+    for (int k = 0; k < NO; ++k) out[k] = FUNNEL ? __funnelshift_r(a[k], a[k + 1], (r & 3) * 8) : a[k];
+}
+
+__device__ __forceinline__ float half_bits(uint32_t h) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFFu)));
+}
+
+constexpr float kTwo23 = 8388608.0f;
+
+// 2^23 + byte k of x, exactly
+__device__ __forceinline__ float magic_byte(uint32_t x, int k) {
+    return __uint_as_float(prmt(x, 0x4B000000u, 0x7540u | uint32_t(k)));
+}
+
+// fl(d * q) from f = 2^23 + q * 2^s and ds = d * 2^-s, c = -ds * 2^23 (exact): one rounding of
+// the exact product, as ggml's d * q
+__device__ __forceinline__ float mul_magic(float f, float ds, float c) { return __fmaf_rn(f, ds, c); }
+
+// four IQ4 nibbles (bits 0..15 of s, low first) -> their levels + 128, a byte each, looked up in
+// the generated words with prmt (bit 3 of a nibble picks the upper eight levels)
+__device__ __forceinline__ uint32_t iq4_levels(uint32_t s) {
+    const uint32_t i = s & 0x7777u;
+    const uint32_t lo = prmt(tb::iq4nl_biased_word0, tb::iq4nl_biased_word1, i);
+    const uint32_t hi = prmt(tb::iq4nl_biased_word2, tb::iq4nl_biased_word3, i);
+    return prmt(lo, hi, ((s >> 1) & 0x4444u) | 0x3210u);
+}
+
+// 16 bytes of IQ4 nibbles (value j: low nibble of byte j, value j + 16: its high nibble) times dl,
+// as ggml's dl * kvalues_iq4nl[q]
+__device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // bytes 4k + 2half, 4k + 2half + 1
+            const uint32_t r = iq4_levels(q[k] >> (16 * half));  // v_l, v_l+16, v_l+1, v_l+17 (l = 4k + 2half)
+            float y[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(r, b), kTwo23 + 128.0f), dl);
+            w[2 * k + half] = pack_bf16x2(y[0], y[2]);
+            w[8 + 2 * k + half] = pack_bf16x2(y[1], y[3]);
+        }
+    }
+}
+
+// The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
+// (d, dmin, scales[12]), as k4_scale_min.
+__device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_t& sc, uint32_t& mn) {
+    auto sb = [&](int i) {  // scale byte i (0..11): bytes 4..15 of the block
+        const uint32_t v = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+        return (v >> (8 * (i & 3))) & 0xFFu;
+    };
+    if (j < 4) {
+        sc = sb(j) & 63;
+        mn = sb(j + 4) & 63;
+    } else {
+        sc = (sb(j + 4) & 15) | ((sb(j - 4) >> 2) & 0x30);
+        mn = (sb(j + 4) >> 4) | ((sb(j) >> 2) & 0x30);
+    }
+}
+
+// 32 values d1 * q - m1 (ggml's two roundings) from eight words of bytes q (< 2^8, byte l of the
+// unit at byte l % 4 of word l / 4) already scaled by 2^s: d1s = d1 * 2^-s
+__device__ __forceinline__ void k_values(const uint32_t (&q)[8], float d1s, float m1, uint32_t (&w)[16]) {
+    const float c = -d1s * kTwo23;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        float y[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) y[b] = __fsub_rn(mul_magic(magic_byte(q[k], b), d1s, c), m1);
+        w[2 * k] = pack_bf16x2(y[0], y[1]);
+        w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+    }
+}
+
+// A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
+// offset of its first byte within the loaded words.
+template <int N, int A>
+struct WholeBlock {
+    struct Raw {
+        Span<N, A> s;
+        uint32_t o;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u) * N;
+        return {load_span<N, A>(b), addr_low(b, 7)};
+    }
+};
+
+// Fast<T>: T's own decoder (kHas), or none (the table-driven GgmlDecoder serves T).
+template <class T>
+struct Fast {
+    static constexpr bool kHas = false;
+};
+
+// d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
+template <>
+struct Fast<Q8_0> : WholeBlock<34, 2> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.33x of the ceiling, Loaded 0.29x
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[10], dq[1], q[8];
+        span_words(raw.s, v);
+        bytes_at<1, 6, true>(v, raw.o, dq);
+        bytes_at<8, 8, true>(v, raw.o + 2, q);
+        const float d = half_bits(dq[0]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t x = q[k] ^ 0x80808080u;  // q + 128
+            float y[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 128.0f), d);
+            w[2 * k] = pack_bf16x2(y[0], y[1]);
+            w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+        }
+    }
+};
+
+// the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
+struct Block18 : WholeBlock<18, 2> {
+    __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
+        uint32_t v[6], dq[1];
+        span_words(raw.s, v);
+        bytes_at<1, 6, true>(v, raw.o, dq);
+        bytes_at<4, 8, true>(v, raw.o + 2, q);
+        return half_bits(dq[0]);
+    }
+};
+
+// value = d * (q - 8)
+template <>
+struct Fast<Q4_0> : Block18 {
+    static constexpr bool kHas = true;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                const uint32_t x = (q[k] >> (4 * hi)) & 0x0F0F0F0Fu;
+                float y[4];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 8.0f), d);
+                w[8 * hi + 2 * k] = pack_bf16x2(y[0], y[1]);
+                w[8 * hi + 2 * k + 1] = pack_bf16x2(y[2], y[3]);
+            }
+        }
+    }
+};
+
+// value = d * kvalues_iq4nl[q]
+template <>
+struct Fast<IQ4_NL> : Block18 {
+    static constexpr bool kHas = true;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+        iq4_values(q, d, w);
+    }
+};
+
+// e:e8m0 | qs[16]; 17-byte blocks, any alignment. e2m1 * 2^(e-127) is exact in bf16, so the
+// values are made as the mxfp4 format's are (bf16 bit tricks, weights * 2^-62, post 2^62); exact
+// for e in 63..190 (real checkpoints sit near 120). Nibble order as Q4_0 (value j: low nibble of
+// byte j, j + 16: high), which e2m1x8_raw turns into the pairs permute() matches.
+template <>
+struct Fast<MXFP4> : WholeBlock<17, 1> {
+    static constexpr bool kHas = true;
+    static constexpr float kPost = kTwo62;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[6], e[1], q[4];
+        span_words(raw.s, v);
+        bytes_at<1, 7, true>(v, raw.o, e);
+        bytes_at<4, 8, true>(v, raw.o + 1, q);
+        const uint32_t m = e8m0_bf16(e[0] & 0xFFu, 64);  // 2^(e-127) * 2^64: with e2m1's 2^-126, w * 2^-62
+        const uint32_t m2 = m | (m << 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t t[4];  // (v4i, v4i+2), (v4i+16, v4i+18), (v4i+1, v4i+3), (v4i+17, v4i+19)
+            e2m1x8_raw(q[i], t);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
+        }
+    }
+    // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a[4 * i] = prmt(x[2 * i], x[2 * i + 1], 0x5410);
+            a[4 * i + 1] = prmt(x[2 * i + 8], x[2 * i + 9], 0x5410);
+            a[4 * i + 2] = prmt(x[2 * i], x[2 * i + 1], 0x7632);
+            a[4 * i + 3] = prmt(x[2 * i + 8], x[2 * i + 9], 0x7632);
+        }
+    }
+};
+
+// d:f16 | scales_h:u16 | scales_l[4] | qs[128]; 136-byte blocks, 8-byte aligned: the 8-byte head
+// and the sub-block's 16 nibble bytes
+template <>
+struct Fast<IQ4_XS> {
+    static constexpr bool kHas = true;
+    struct Raw {
+        uint2 head, q0, q1;
+        uint32_t j;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 136;
+        const int j = u & 7;
+        const uint2* q = reinterpret_cast<const uint2*>(b + 8 + 16 * j);
+        return {ld_stream2(b), ld_stream2(q), ld_stream2(q + 1), uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        const float d = half_bits(raw.head.x);
+        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
+        const float dl = d * float(ls - 32);
+        const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
+        iq4_values(q, dl, w);
+    }
+};
+
+// d | dmin | scales[12] | qs[128]; 144-byte blocks, 16-byte aligned: the 16-byte head and the 32
+// bytes of nibbles of the unit's sub-block pair (sub-block 2c: low nibbles, 2c + 1: high)
+template <>
+struct Fast<Q4_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.23x of the ceiling, Loaded 0.21x
+    struct Raw {
+        uint4 head, q0, q1;
+        uint32_t j;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 144;
+        const int j = u & 7;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
+        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        uint32_t sc, mn;
+        k4_head_scale_min(raw.head, j, sc, mn);
+        const float d1 = half_bits(raw.head.x) * float(sc), m1 = half_bits(raw.head.x >> 16) * float(mn);
+        // the high nibbles stay in place: q * 16, with d1 / 16
+        const uint32_t mask = j & 1 ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+        const float d1s = j & 1 ? d1 * 0.0625f : d1;
+        const uint32_t q[8] = {raw.q0.x & mask, raw.q0.y & mask, raw.q0.z & mask, raw.q0.w & mask,
+                               raw.q1.x & mask, raw.q1.y & mask, raw.q1.z & mask, raw.q1.w & mask};
+        k_values(q, d1s, m1, w);
+    }
+};
+
+// d | dmin | scales[12] | qh[32] | qs[128]; 176-byte blocks, 16-byte aligned: the head, the 32
+// nibble bytes as Q4_K and the 32 bytes of fifth bits (bit j of qh[l]: value 32j + l)
+template <>
+struct Fast<Q5_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.25x of the ceiling, Loaded 0.14x
+    struct Raw {
+        uint4 head, q0, q1, h0, h1;
+        uint32_t j;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 176;
+        const int j = u & 7;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 48 + 32 * (j >> 1));
+        const uint4* h = reinterpret_cast<const uint4*>(b + 16);
+        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), __ldg(h), __ldg(h + 1),
+                uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        uint32_t sc, mn;
+        k4_head_scale_min(raw.head, j, sc, mn);
+        const float d1 = half_bits(raw.head.x) * float(sc), m1 = half_bits(raw.head.x >> 16) * float(mn);
+        const uint32_t qs[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+        const uint32_t qh[8] = {raw.h0.x, raw.h0.y, raw.h0.z, raw.h0.w, raw.h1.x, raw.h1.y, raw.h1.z, raw.h1.w};
+        const int shift = 4 * (j & 1), rot = (4 - j) & 31;  // bit j of a qh byte -> bit 4
+        uint32_t q[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
+        k_values(q, d1, m1, w);
+    }
+};
+
+// ql[128] | qh[64] | scales:int8[16] | d:f16; 210-byte blocks, 2-byte aligned. Unit u = 4h + s of
+// its block: 32 ql bytes at 64h + 32(s % 2) (nibble s / 2), 32 qh bytes at 128 + 32h (bits 2s,
+// 2s + 1), scales 8h + 2s and 8h + 2s + 1, d; value = d * sc * (q - 32).
+template <>
+struct Fast<Q6_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.26x of the ceiling, Loaded 0.12x
+    struct Raw {
+        Span<32, 2> ql, qh;
+        uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
+        uint32_t os;     // block address % 8 | s << 4 | (scale byte position) << 8 | (d's) << 12
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 210;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint8_t* sc = b + 192 + 8 * h + 2 * s;
+        const uint8_t* d = b + 208;
+        const uint32_t os = addr_low(b, 7) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
+        return {load_span<32, 2>(b + 64 * h + 32 * (s & 1)), load_span<32, 2>(b + 128 + 32 * h),
+                __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sc) & ~uintptr_t(3))),
+                __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(d) & ~uintptr_t(3))), os};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t o = raw.os & 7, s = (raw.os >> 4) & 3;
+        uint32_t lw[10], hw[10], ql[8], qh[8];
+        span_words(raw.ql, lw);
+        span_words(raw.qh, hw);
+        bytes_at<8, 6, true>(lw, o, ql);
+        bytes_at<8, 6, true>(hw, o, qh);
+        const uint32_t scw = raw.sc >> (8 * ((raw.os >> 8) & 3));
+        const float d = half_bits(raw.d >> (8 * ((raw.os >> 12) & 3)));
+        const float dl0 = d * float(int8_t(scw & 0xFF)), dl1 = d * float(int8_t((scw >> 8) & 0xFF));
+        const int shift = 4 * int(s >> 1), rot = int(4 - 2 * s) & 31;  // bits 2s, 2s + 1 -> 4, 5
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t x = ((ql[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x30303030u);
+            const float dl = k < 4 ? dl0 : dl1;
+            float y[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 32.0f), dl);
+            w[2 * k] = pack_bf16x2(y[0], y[1]);
+            w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+        }
+    }
+};
+
+// the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
+__device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
+    return __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
+}
+
+// scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
+// block: bits 2s, 2s + 1 of qs[32h + l]; scale bytes 8h + 2s (values 0..15), 8h + 2s + 1 (16..31):
+// low nibble scale, high nibble min; value = d*sc * q - dmin*m.
+template <>
+struct Fast<Q2_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.16x of the ceiling, Loaded 0.13x
+    struct Raw {
+        uint32_t q[8];
+        uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
+        uint32_t s;
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 84;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * h);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) r.q[i] = __ldg(q + i);
+        r.sc = ld_word_at(b + 8 * h + 2 * s);
+        r.dd = __ldg(reinterpret_cast<const uint32_t*>(b + 80));
+        r.s = uint32_t(s);
+        return r;
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int s = int(raw.s);
+        const float d = half_bits(raw.dd), dmin = half_bits(raw.dd >> 16);
+        const uint32_t scw = raw.sc >> (16 * (s & 1));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
+            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4), c = -dl * kTwo23;
+#pragma unroll
+            for (int k = 4 * half; k < 4 * half + 4; ++k) {
+                const uint32_t x = (raw.q[k] >> (2 * s)) & 0x03030303u;
+                float y[4];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) y[b] = __fsub_rn(mul_magic(magic_byte(x, b), dl, c), ml);
+                w[2 * k] = pack_bf16x2(y[0], y[1]);
+                w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+            }
+        }
+    }
+};
+
+// hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16; 110-byte blocks, 2-byte
+// aligned. Unit u = 4h + s of its block: bits 2s, 2s + 1 of qs[32h + l], minus 4 where bit 4h + s
+// of hmask[l] is clear; scales i = 8h + 2s, i + 1: low 4 bits from the nibble h of bytes 2s, 2s + 1,
+// high 2 bits from bits 2(2h + s/2) of bytes 8 + 2(s%2), 8 + 2(s%2) + 1.
+template <>
+struct Fast<Q3_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.15x of the ceiling, Loaded 0.06x
+    struct Raw {
+        Span<32, 2> hm, qs;
+        uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
+        uint32_t os;         // block address % 8 | unit % 8 << 4 | byte positions of lo, hi, d << 8, 10, 12
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 110;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint8_t *lo = b + 96 + 2 * s, *hi = b + 104 + 2 * (s & 1), *d = b + 108;
+        const uint32_t os = addr_low(b, 7) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
+                            addr_low(d, 3) << 12;
+        return {load_span<32, 2>(b), load_span<32, 2>(b + 32 + 32 * h), ld_word_at(lo), ld_word_at(hi), ld_word_at(d), os};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t o = raw.os & 7, j = (raw.os >> 4) & 7, h = j >> 2, s = j & 3;
+        uint32_t hw[10], qw[10], hm[8], qs[8];
+        span_words(raw.hm, hw);
+        span_words(raw.qs, qw);
+        bytes_at<8, 6, true>(hw, o, hm);
+        bytes_at<8, 6, true>(qw, o, qs);
+        const uint32_t low = raw.lo >> (8 * ((raw.os >> 8) & 3)), high = raw.hi >> (8 * ((raw.os >> 10) & 3));
+        const float d = half_bits(raw.d >> (8 * ((raw.os >> 12) & 3)));
+        const int rot = int(2 - j) & 31;  // bit 4h + s of an hmask byte -> bit 2
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t l4 = (low >> (8 * half + 4 * h)) & 15, h2 = (high >> (8 * half + 2 * (2 * h + (s >> 1)))) & 3;
+            const float dl = d * float(int(l4 | h2 << 4) - 32);
+#pragma unroll
+            for (int k = 4 * half; k < 4 * half + 4; ++k) {
+                const uint32_t x = ((qs[k] >> (2 * s)) & 0x03030303u) | (__funnelshift_l(hm[k], hm[k], rot) & 0x04040404u);
+                float y[4];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 4.0f), dl);
+                w[2 * k] = pack_bf16x2(y[0], y[1]);
+                w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+            }
+        }
+    }
+};
+
+// 8 grid magnitudes (bytes of g) with the signs of `signs` (bit j set: value j negative), times db:
+// fl(db * g) exactly as ggml, the sign flipped after (ggml's * -1.f is exact); pairs into w[0..3]
+__device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, uint32_t* w) {
+    const float c = -db * kTwo23;
+    float y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float v = mul_magic(magic_byte(j < 4 ? g.x : g.y, j & 3), db, c);
+        y[j] = __uint_as_float(__float_as_uint(v) ^ ((signs << (31 - j)) & 0x80000000u));
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2(y[2 * i], y[2 * i + 1]);
+}
+
+// IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: 2-byte aligned blocks, d:f16 first, then the sub-block's 8
+// bytes of grid indices at 2 + 8 * sub-block
+struct IqHead {
+    Span<8, 2> qs;
+    uint32_t d;   // the word holding d
+    uint32_t os;  // address % 8 of the qs bytes | d's byte position << 4 | more per type
+};
+__device__ __forceinline__ IqHead iq_head(const uint8_t* b, int ib) {
+    return {load_span<8, 2>(b + 2 + 8 * ib), ld_word_at(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
+}
+__device__ __forceinline__ float iq_d(const IqHead& r) { return half_bits(r.d >> (8 * ((r.os >> 4) & 3))); }
+__device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
+    uint32_t v[4];
+    span_words(r.qs, v);
+    bytes_at<2, 6, true>(v, r.os & 7, q);
+}
+
+// d | per sub-block: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale; 66-byte blocks
+template <>
+struct Fast<IQ2_XXS> {
+    static constexpr bool kHas = true;
+    using Raw = IqHead;
+    __device__ static Raw load(const uint8_t* row, int u) { return iq_head(row + int64_t(u >> 3) * 66, u & 7); }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t a[2];
+        iq_qs(raw, a);
+        const float db = __fmul_rn(__fmul_rn(iq_d(raw), 0.5f + float(a[1] >> 28)), 0.25f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l)
+            grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xxs_grid[(a[0] >> (8 * l)) & 255])),
+                         __ldg(&tb::ksigns[(a[1] >> (7 * l)) & 127]), db, w + 4 * l);
+    }
+};
+
+// d | qs:u16[32] (9-bit grid index, 7-bit sign index) | scales[8] (a nibble per 16 values); 74 bytes
+template <>
+struct Fast<IQ2_XS> {
+    static constexpr bool kHas = true;
+    struct Raw {
+        IqHead head;
+        uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 74;
+        const int ib = u & 7;
+        IqHead h = iq_head(b, ib);
+        h.os |= addr_low(b + 66 + ib, 3) << 8;
+        return {h, ld_word_at(b + 66 + ib)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const float d = iq_d(raw.head);
+        const uint32_t sc = raw.sc >> (8 * ((raw.head.os >> 8) & 3));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t e = (q[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
+            const float db = __fmul_rn(__fmul_rn(d, 0.5f + float((sc >> (4 * (k >> 1))) & 15)), 0.25f);
+            grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xs_grid[e & 511])), __ldg(&tb::ksigns[e >> 9]), db,
+                         w + 4 * k);
+        }
+    }
+};
+
+// d | qs[64] (grid index per 4 values) | per sub-block: u32 of 4x7 sign bits + scale; 98 bytes
+template <>
+struct Fast<IQ3_XXS> {
+    static constexpr bool kHas = true;
+    struct Raw {
+        IqHead head;
+        uint32_t s0, s1;  // the words covering the sub-block's u32 of signs and scale (2-byte aligned)
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 98;
+        const int ib = u & 7;
+        const uint8_t* a = b + 66 + 4 * ib;
+        IqHead h = iq_head(b, ib);
+        h.os |= addr_low(a, 3) << 8;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3));
+        return {h, __ldg(w), __ldg(w + 1)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
+        const float db = __fmul_rn(__fmul_rn(iq_d(raw.head), 0.5f + float(s >> 28)), 0.5f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t i0 = (q[l >> 1] >> (16 * (l & 1))) & 0xFFu, i1 = (q[l >> 1] >> (16 * (l & 1) + 8)) & 0xFFu;
+            const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i0])),
+                             __ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i1]))};
+            grid_values8(g, __ldg(&tb::ksigns[(s >> (7 * l)) & 127]), db, w + 4 * l);
+        }
+    }
+};
+
+// d | qs[64] | qh[8] (9th index bit) | signs[32] (a bit per value) | scales[4] (nibbles); 110 bytes
+template <>
+struct Fast<IQ3_S> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200: 0.16x of the ceiling, Loaded 0.15x
+    struct Raw {
+        IqHead head;
+        uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte
+    };
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 110;
+        const int ib = u & 7;
+        const uint8_t *qh = b + 66 + ib, *sg = b + 74 + 4 * ib, *sc = b + 106 + ib / 2;
+        IqHead h = iq_head(b, ib);
+        h.os |= addr_low(qh, 3) << 8 | addr_low(sg, 3) << 10 | addr_low(sc, 3) << 12 | uint32_t(ib & 1) << 14;
+        const uint32_t* sw = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sg) & ~uintptr_t(3));
+        return {h, ld_word_at(qh), __ldg(sw), __ldg(sw + 1), ld_word_at(sc)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t os = raw.head.os;
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t qh = raw.qh >> (8 * ((os >> 8) & 3));
+        const uint32_t sg = __funnelshift_r(raw.sg0, raw.sg1, 8 * ((os >> 10) & 3));
+        const uint32_t sc = (raw.sc >> (8 * ((os >> 12) & 3) + 4 * ((os >> 14) & 1))) & 15;
+        const float db = iq_d(raw.head) * float(1 + 2 * int(sc));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            uint32_t idx[2];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int k = 2 * l + t;
+                idx[t] = ((q[k >> 2] >> (8 * (k & 3))) & 0xFFu) | ((qh >> k) & 1) << 8;
+            }
+            const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[0]])),
+                             __ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[1]]))};
+            grid_values8(g, sg >> (8 * l), db, w + 4 * l);
+        }
+    }
+};
+
+template <class F>
+struct HasPermute {
+    template <class D>
+    static constexpr bool test(decltype(&D::permute)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+template <class F>
+struct HasPost {
+    template <class D>
+    static constexpr bool test(decltype(&D::kPost)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+// The kernels' decoder for rows of ggml type T (T has a Fast<T>). Two ways of keeping a unit's
+// bytes in flight: Loaded (Fast<T>::load's registers are the ring's Raw) or Prefetched (load()
+// only asks the L1 for the unit's block, and decode() reads it from there with Fast<T>::load):
+// the second keeps types whose Raw is large (Q5_K, Q6_K, Q3_K: 21-27 registers) from spilling
+// the ring; Fast<T>::kPrefetch picks per type, from measurements (docs/BENCHMARKS.md).
+template <class T, bool Prefetched>
+struct TypedDecoder {
+    using F = Fast<T>;
+    static constexpr int VEC = 32;
+    using Row = const uint8_t*;
+    struct Deferred {
+        const uint8_t* row;  // nullptr: a unit past the row (zeros)
+        int u;
+    };
+    using Raw = std::conditional_t<Prefetched, Deferred, typename F::Raw>;
+    // gate_up: gate's I rows then up's I rows, both of type T; down: H rows
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
+        const int n = proj == 0 ? p.H : p.I;
+        return bank_row(p, proj, slot) + int64_t(r) * (n / T::size.block_values * T::size.block_bytes);
+    }
+    __device__ static Raw load(Row row, int u) {
+        if constexpr (Prefetched) {
+            constexpr int per = T::size.block_values / 32, L = T::size.block_bytes;
+            const uint8_t* b = row + int64_t(u / per) * L;
+#pragma unroll
+            for (int i = 0; i < L; i += 128) prefetch_l1(b + i);
+            prefetch_l1(b + L - 1);
+            return {row, u};
+        } else {
+            return F::load(row, u);
+        }
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        if constexpr (Prefetched) {
+            if (raw.row == nullptr) {
+#pragma unroll
+                for (int i = 0; i < 16; ++i) w[i] = 0u;
+                return;
+            }
+            F::decode(F::load(raw.row, raw.u), w);
+        } else {
+            F::decode(raw, w);
+        }
+    }
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
+        if constexpr (HasPermute<F>::value)
+            F::permute(x, a);
+        else
+            permute_identity(x, a);
+    }
+    __device__ static float post(const KernelParams&, int, int, int) {
+        if constexpr (HasPost<F>::value)
+            return F::kPost;
+        else
+            return 1.0f;
+    }
+};
+
+template <class F>
+struct HasPrefetch {
+    template <class D>
+    static constexpr bool test(decltype(&D::kPrefetch)) { return D::kPrefetch; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// The type list as a type (the one list above), for the launch's lookup.
+template <class... Ts>
+struct TypeList {};
+#define FTW_GGML_LIST_ENTRY(T) T,
+using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
+#undef FTW_GGML_LIST_ENTRY
+
+// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T>::kPrefetch
+// says; "table": the table-driven decoder for every projection; "loaded" / "prefetched": every
+// type with a decoder of its own that way (the last three for the bench's comparisons).
+enum class Mode { kPerType, kTable, kLoaded, kPrefetched };
+Mode mode() {
+    static const Mode m = [] {
+        const char* e = std::getenv("FTW_GGUF_CUDA_DECODER");
+        const std::string v = e ? e : "";
+        return v == "table" ? Mode::kTable : v == "loaded" ? Mode::kLoaded : v == "prefetched" ? Mode::kPrefetched : Mode::kPerType;
+    }();
+    return m;
+}
+
+// f(decoder) with the decoder of a projection whose rows are all of ggml type `id` (-1: mixed
+// or unaligned rows): TypedDecoder<T, ...> where T has a Fast<T>, else the table-driven GgmlDecoder.
+template <class F>
+void with_decoder(TypeList<void>, int, Mode, F&& f) {
+    f(GgmlDecoder{});
+}
+template <class T, class... Rest, class F>
+void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
+    if constexpr (Fast<T>::kHas) {
+        if (id == T::size.id) {
+            const bool pf = m == Mode::kPrefetched || (m == Mode::kPerType && HasPrefetch<Fast<T>>::value);
+            if (pf) return f(TypedDecoder<T, true>{});
+            return f(TypedDecoder<T, false>{});
+        }
+    }
+    with_decoder(TypeList<Rest...>{}, id, m, std::forward<F>(f));
+}
+
+// The launch: each projection (gate_up when gate and up share a type; down) takes its type's own
+// decoder where it has one and the bank sits on 16-byte boundaries, else the table-driven one.
 void launch(const KernelParams& p, cudaStream_t stream) {
-    constexpr int q4k = Q4_K::size.id;
     auto aligned = [&](int bank) { return reinterpret_cast<uintptr_t>(p.bank[bank]) % 16 == 0 && p.row_bytes[bank] % 16 == 0; };
-    const bool gu = p.ggml_type[0] == q4k && p.ggml_type[1] == q4k && aligned(0);
-    const bool dn = p.ggml_type[2] == q4k && aligned(1);
-    if (gu && dn)
-        launch_experts<Q4KDecoder, Q4KDecoder>(p, stream);
-    else if (gu)
-        launch_experts<Q4KDecoder, GgmlDecoder>(p, stream);
-    else if (dn)
-        launch_experts<GgmlDecoder, Q4KDecoder>(p, stream);
-    else
-        launch_experts<GgmlDecoder, GgmlDecoder>(p, stream);
+    const Mode m = mode();
+    const bool typed = m != Mode::kTable;
+    const int gu = typed && p.ggml_type[0] == p.ggml_type[1] && aligned(0) ? p.ggml_type[0] : -1;
+    const int dn = typed && aligned(1) ? p.ggml_type[2] : -1;
+    with_decoder(CudaTypes{}, gu, m, [&](auto g) {
+        with_decoder(CudaTypes{}, dn, m, [&](auto d) { launch_experts<decltype(g), decltype(d)>(p, stream); });
+    });
 }
 
 struct HostType {
