@@ -649,3 +649,22 @@ def test_the_o_tmpfile_probe_is_cached_per_filesystem_not_per_refused_folder(tmp
     f.write(b"\x01\x02")
     f.commit()
     assert (a / "out.bin").read_bytes() == b"\x01\x02"
+
+
+# kills: AtomicFile's error when the file cannot be created, without the destination, the
+# step or the OS's reason (a read-only filesystem, made by a stand-in os.open: root can write
+# any folder here)
+def test_a_file_that_cannot_be_created_is_one_error_naming_the_destination(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import atomic
+
+    def read_only(path, flags, mode=0o777):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(atomic.os, "open", read_only)
+    dst = tmp_path / "out.bin"
+    with pytest.raises(FtwError) as e:
+        atomic.AtomicFile(dst)
+    assert str(e.value) == f"{dst}: cannot create a file in its folder: {os.strerror(errno.EROFS)}"
+    assert os.listdir(tmp_path) == []
