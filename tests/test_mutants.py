@@ -668,3 +668,63 @@ def test_a_file_that_cannot_be_created_is_one_error_naming_the_destination(tmp_p
         atomic.AtomicFile(dst)
     assert str(e.value) == f"{dst}: cannot create a file in its folder: {os.strerror(errno.EROFS)}"
     assert os.listdir(tmp_path) == []
+
+
+def _link_anonymous_by_copy(real_link):
+    """os.link as a kernel that links O_TMPFILE inodes would do it, for the /proc/self/fd/N
+    sources the atomic writer passes: this machine's kernel refuses that link (EXDEV), so its
+    O_TMPFILE path runs only with this stand-in. The inode is copied (bytes and mode) to a new
+    name, which must not exist, on the inode's filesystem; a directory cannot be linked."""
+    import errno
+    import re
+    import shutil
+    import stat
+
+    def link(src, dst, *args, **kw):
+        m = re.fullmatch(r"/proc/self/fd/(\d+)", src) if isinstance(src, str) else None
+        if m is None:
+            return real_link(src, dst, *args, **kw)
+        st = os.fstat(int(m.group(1)))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+        if os.stat(os.path.dirname(os.path.abspath(dst))).st_dev != st.st_dev:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchmod(out, stat.S_IMODE(st.st_mode))
+        with open(src, "rb") as r, open(out, "wb") as w:
+            shutil.copyfileobj(r, w)
+
+    return link
+
+
+# kills: the O_TMPFILE path: its open (folder, flags, mode), the hidden name it is linked under
+# at commit and that link's arguments, its initial `_named_tmp` / `_reaper`; the probe's link,
+# folder, unlink and answer (True where the link works; a probe at the folder itself fails)
+def test_the_anonymous_file_path_writes_the_same_file(tmp_path, monkeypatch):
+    from ftw.writers import atomic
+
+    if not atomic._anonymous_files_link(str(tmp_path)):
+        monkeypatch.setattr(atomic.os, "link", _link_anonymous_by_copy(os.link))
+        monkeypatch.setattr(atomic, "_LINKABLE", {})
+    if os.path.isdir("/dev/shm") and os.stat("/dev/shm").st_dev != os.stat(tmp_path).st_dev:
+        monkeypatch.chdir("/dev/shm")  # the probe is made in the folder, not the working folder
+    assert atomic._anonymous_files_link(str(tmp_path)) is True
+    assert os.listdir(tmp_path) == []  # the probe left nothing
+    data = np.random.default_rng().integers(0, 256, 70000, dtype=np.uint8)
+    for force in (False, True):
+        dst = tmp_path / "out.bin"
+        umask = os.umask(0o022)
+        try:
+            f = atomic.AtomicFile(dst, force=force)
+        finally:
+            os.umask(umask)
+        assert f._named_tmp is None and f._reaper is None and os.listdir(tmp_path) == ([dst.name] if force else [])
+        f.write(data)
+        f.commit()
+        assert dst.read_bytes() == data.tobytes() and dst.stat().st_mode & 0o777 == 0o644
+        assert os.listdir(tmp_path) == [dst.name]
+        data = data[::-1].copy()
+    f = atomic.AtomicFile(tmp_path / "aborted.bin")
+    f.write(data)
+    f.abort()
+    assert os.listdir(tmp_path) == [dst.name]
