@@ -945,8 +945,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     const auto kernel = experts_decode_staged<Dec, PH, S>;
     static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
     int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    // without a usable device these fail: plan for one SM, and the launch below reports the error
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
+        sms = 1;
     const int in = PH == 0 ? p.H : p.I;
     const int nchunks = (in / Dec::VEC + 7) / 8;
     const int nbands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
@@ -955,11 +956,10 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     int KS = 1, cap = 0;
     for (int ks = 1; ks <= 4; ks *= 2) {
         if (ks > 1 && nchunks < 2 * ks) break;  // at least 2 chunks per warp and item
-        if (fit[ks] == 0) {
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit[ks], kernel, 32 * ks, staged_smem(ks, S));
-            fit[ks] = std::max(fit[ks], 1);
-        }
-        KS = ks, cap = sms * fit[ks];
+        int n = 0;  // remembered only once the device answered
+        if (fit[ks] == 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S)) == cudaSuccess)
+            fit[ks] = n;
+        KS = ks, cap = sms * std::max(fit[ks], 1);
         if (std::min(fewest, cap) * ks >= 7 * sms) break;
     }
     const int cpw = (nchunks + KS - 1) / KS;
