@@ -25,7 +25,8 @@ CUDA graph and timed with CUDA events over many replays.
 GGUF (issue 14): --formats gguf:Q4_K,gguf:Q8_0,... (every projection of that ggml type; random
 quant bytes, small finite scales); there is no torch decoder of ggml types, so the baseline is
 the ceiling alone; --cpu-baseline adds ftw's CPU executor (CpuMoeExecutor, every host core)
-on the same T=1 step and prints GPU time / CPU time.
+on the same T=1 step and prints GPU time / CPU time; --variants gguf-staged,gguf-loaded,
+gguf-prefetched,gguf-table times each way of decoding ggml rows (FTW_GGUF_CUDA_DECODER) in the same run.
 
 Prefill: T = 2048 tokens, top_k = 8, uniform random routing, TFLOP/s (2 * T * K * 3 * H * I
 flops per layer) against a torch bf16 matmul (8192^3) in the same run.
@@ -54,7 +55,12 @@ L2_BYTES = 60 << 20
 # decode kernels other than the default, selected by environment (csrc/cuda/experts_kernels.cuh)
 VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (register-fed) for every format
             "staged": {"FTW_CUDA_DECODE": "staged"},  # experts_decode_staged for every format
-            "nopdl": {"FTW_CUDA_PDL": "0"}}  # staged phase 1 launched after phase 0 completes
+            "nopdl": {"FTW_CUDA_PDL": "0"},  # staged phase 1 launched after phase 0 completes
+            # gguf (csrc/formats/gguf/cuda.cu): every type with a decoder of its own one way
+            "gguf-staged": {"FTW_GGUF_CUDA_DECODER": "staged"},  # experts_decode_staged (shared memory)
+            "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
+            "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1
+            "gguf-table": {"FTW_GGUF_CUDA_DECODER": "table"}}  # the table-driven decoder
 
 
 def cdiv(a, b):
@@ -424,7 +430,7 @@ def main() -> None:
                       f"{r['us']:8.1f} us {r['GBps']:6.0f} GB/s  ceiling {r['ceiling_GBps']:6.0f} GB/s "
                       f"= {r['vs_ceiling']:.2f}x{ref}", flush=True)
                 for v in variants:
-                    print(f"  {v:8s} {r[v + '_us']:8.1f} us = {r[v + '_vs_ceiling']:.2f}x ceiling "
+                    print(f"  {v:15s} {r[v + '_us']:8.1f} us = {r[v + '_vs_ceiling']:.2f}x ceiling "
                           f"(default / {v} time {r['us'] / r[v + '_us']:.2f})", flush=True)
             one = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 1)
             same8 = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8

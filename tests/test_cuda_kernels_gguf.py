@@ -149,6 +149,36 @@ def test_every_type_against_gguf_quants(name, T):
     check((name, name, name), T, [T, TYPES.index(name)])
 
 
+# the types with a decoder of their own, and its three ways of having a unit's bytes at hand
+# (FTW_GGUF_CUDA_DECODER; the default picks one per type, the others are run here)
+FAST = [t for t in TYPES if t not in ("Q5_0", "Q4_1", "Q5_1")]
+KINDS = ["staged", "loaded", "prefetched"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", FAST)
+def test_every_way_of_loading(name, kind, monkeypatch):
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", kind)
+    check((name, name, name), 3, [3, TYPES.index(name), KINDS.index(kind)])
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4"])
+def test_staged_rows_ending_in_a_partial_chunk(name, monkeypatch):
+    """H and I not multiples of 256: a row's last 256-value chunk holds fewer than 8 blocks; the
+    staged kernel copies up to the row's end only and decodes the missing units as zeros (the bytes
+    after a row's end in its last 16-byte piece belong to the next row)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    check((name, name, name), 2, [5, TYPES.index(name)], H=352, I=160)
+
+
+@pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])
+def test_staged_ring_runs_across_items(types, monkeypatch):
+    """More (expert, band) items than the persistent grid has blocks: each block serves several,
+    its ring of stages running on from one item's rows into the next's."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    check(types, 8, [6, sum(map(ord, "".join(types)))], H=2048, I=512, E=16, K=8)
+
+
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K", "MXFP4", "IQ2_XS", "Q3_K"])
 def test_banks_off_16_byte_boundaries_take_the_table_driven_decoder(name):
     """The launch gives a type its own decoder only where the bank base and slot stride are 16-byte

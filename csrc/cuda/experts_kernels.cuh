@@ -467,8 +467,18 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
 //   Side                          the register part of a unit (its scales; empty when none)
 //   Side side(row, u)             the rest of unit u of a row (Side{} must decode zeros to 0)
 //   Raw raw(uint4 w, Side s)      the Raw that load(row, u) would have returned
-// Decoders without it (gguf) keep experts_decode. FTW_CUDA_DECODE=classic / =staged overrides
-// the default for every decoder that has the interface (benchmarks).
+// Byte-stream rows (gguf: blocks of 17..210 bytes, not 16-byte units) replace Side, side and raw
+// with (detected by kChunkBytes):
+//   kChunkBytes                   bytes of a row per chunk (8 units, 256 values: whole blocks)
+//   kSpan                         16-byte pieces that cover a chunk wherever it starts in a row
+//   decode_staged(b, k, w)        decode unit k (0..7) of the chunk whose first byte is at b (in
+//                                 shared memory; b has the chunk's global address mod 16)
+// Each row's chunk is staged as the aligned 16-byte pieces covering its bytes (a row's pieces at
+// an odd pitch of 16-byte units: conflict-free reads across the 8 row groups); the decoder reads
+// its scales from there too. Every piece holds a byte of the row, so nothing past the aligned
+// 16 bytes holding a bank's last byte is read.
+// A decoder without the interface keeps experts_decode. FTW_CUDA_DECODE=classic / =staged
+// overrides the default for every decoder that has it (benchmarks).
 template <class Dec>
 struct Staged {
     template <class D>
@@ -536,19 +546,50 @@ __device__ int staged_route(const KernelParams& p, StagedRouting& rt) {
     return rt.meta[0];
 }
 
-constexpr int kStageUnits = 16 * 8;  // a stage: 16 rows x 8 units of 16 bytes
+template <class Dec>
+struct ByteStream {
+    template <class D>
+    static constexpr bool test(decltype(D::kChunkBytes)*) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<Dec>(nullptr);
+};
 
-// Dynamic shared memory of the staged kernel: the rings [KS][S][16 rows][8 units] x 16 bytes,
+// A stage: 16 rows of kPitch 16-byte units; kCopy of them per row are copied (8 units of 16
+// bytes, or a byte-stream chunk's covering pieces).
+template <class Dec, bool B = ByteStream<Dec>::value>
+struct StageShape {
+    static constexpr int kCopy = 8, kPitch = 8, kUnits = 16 * kPitch;
+};
+template <class Dec>
+struct StageShape<Dec, true> {
+    static constexpr int kCopy = Dec::kSpan, kPitch = Dec::kSpan | 1, kUnits = 16 * kPitch;
+};
+
+// The register part of a unit (Side) where the decoder has one; byte streams have none.
+template <class Dec, bool B = ByteStream<Dec>::value>
+struct SideOf {
+    using type = typename Dec::Side;
+};
+template <class Dec>
+struct SideOf<Dec, true> {
+    struct type {};
+};
+
+// Dynamic shared memory of the staged kernel: the rings [KS][S][16 rows][pitch] x 16 bytes,
 // then the K-split partials [KS - 1][4][32] floats.
-constexpr int staged_smem(int KS, int S) { return KS * S * kStageUnits * 16 + (KS - 1) * 4 * 32 * 4; }
+constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16 + (KS - 1) * 4 * 32 * 4; }
 
 template <class Dec, int PH, int S>
-__global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr bool CS = HasChunkScale<Dec>::value;
-    using Side = typename Dec::Side;
+    constexpr bool BS = ByteStream<Dec>::value;
+    static_assert(!(BS && CS), "byte-stream rows carry their scales in the stream");
+    constexpr int SU = StageShape<Dec>::kUnits, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
+    using Side = typename SideOf<Dec>::type;
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
 
@@ -564,9 +605,9 @@ __global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelPara
     if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const uint4* ring = s_dyn + ks * S * kStageUnits;
+    const uint4* ring = s_dyn + ks * S * SU;
     const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-    float* red = reinterpret_cast<float*>(s_dyn + KS * S * kStageUnits);  // [KS - 1][4][32]
+    float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4][32]
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
     const int nchunks = (nunits + 7) >> 3;
@@ -626,20 +667,41 @@ __global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelPara
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
         const int c = c0 + pi;
         if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
-            const int u = c * 8 + (lane & 7);
+            if constexpr (BS) {
+                // row t's chunk: the aligned 16-byte pieces from the one holding its first byte
+                // up to the one holding its last (the row's last, for a partial last chunk)
+                const int64_t cb = int64_t(c) * Dec::kChunkBytes, ce = min(cb + Dec::kChunkBytes, wrow);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int t = (lane >> 3) + 4 * k;
-                const bool ok = pwok[k] && u < nunits;
-                cp_async16(ring_s + (d * kStageUnits + t * 8 + ((lane & 7) ^ ((t & 1) << 2))) * 16,
-                           pw[k] + (ok ? u : 0) * 16, ok ? 16 : 0);
+                for (int k = 0; k < 4; ++k) {
+                    const int t = (lane >> 3) + 4 * k;
+                    const uintptr_t first = reinterpret_cast<uintptr_t>(pw[k] + cb) & ~uintptr_t(15);
+                    const uintptr_t end = reinterpret_cast<uintptr_t>(pw[k] + ce);
+#pragma unroll
+                    for (int m = 0; m < (NCOPY + 7) / 8; ++m) {
+                        const int v = (lane & 7) + 8 * m;
+                        if (NCOPY % 8 != 0 && v >= NCOPY) break;
+                        const uintptr_t src = first + 16 * v;
+                        const bool ok = pwok[k] && src < end;
+                        cp_async16(ring_s + (d * SU + t * PI + v) * 16, ok ? reinterpret_cast<const void*>(src) : pw[k],
+                                   ok ? 16 : 0);
+                    }
+                }
+            } else {
+                const int u = c * 8 + (lane & 7);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int t = (lane >> 3) + 4 * k;
+                    const bool ok = pwok[k] && u < nunits;
+                    cp_async16(ring_s + (d * SU + t * 8 + ((lane & 7) ^ ((t & 1) << 2))) * 16,
+                               pw[k] + (ok ? u : 0) * 16, ok ? 16 : 0);
+                }
             }
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int uj = c * 8 + tig + 4 * j;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
+                    if constexpr (!BS) side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
                     // every lane needs its rows' chunk scales, whether or not it holds a unit
                     if constexpr (CS)
                         cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pslot, prix[h], 2 * c + j) : 0.f;
@@ -664,6 +726,17 @@ __global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelPara
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
+        uint32_t rlow[2] = {0u, 0u};  // byte streams: global address mod 16 of rows g, g + 8
+        if constexpr (BS) {
+            if (count > 0) {
+                const uint8_t* w = Dec::weights(p, PH, slot);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    bool ok;
+                    rlow[h] = uint32_t(reinterpret_cast<uintptr_t>(w + tile_row(band, g + 8 * h, ok) * wrow)) & 15u;
+                }
+            }
+        }
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
@@ -683,25 +756,50 @@ __global__ void __launch_bounds__(128, 5) experts_decode_staged(const KernelPara
                             const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
 #pragma unroll
                             for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
+                        } else if constexpr (BS) {  // x dead after permute: registers for the decode
+#pragma unroll
+                            for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
                         }
                         uint32_t xr[NR], xa[NR];
 #pragma unroll
                         for (int k = 0; k < NX; ++k)
                             xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y, xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
                         Dec::permute(xr, xa);
-                        const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
-                        uint32_t wa[NR], wb[NR];
-                        Dec::decode(Dec::raw(ring[d * kStageUnits + g * 8 + su], side[d][j][0]), wa);
-                        Dec::decode(Dec::raw(ring[d * kStageUnits + (g + 8) * 8 + su], side[d][j][1]), wb);
-                        float part[4] = {0.f, 0.f, 0.f, 0.f};
+                        if constexpr (BS) {
+                            // Rows g and g + 8 one after the other, each its own mma with the other
+                            // row's half zero: a byte-stream unit's decode needs up to ~40 registers
+                            // of its own, and two at once spill.
+                            const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                            const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
 #pragma unroll
-                        for (int s = 0; s < V / 4; ++s)
-                            mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                     xa[2 * s + 1]);
-                        if constexpr (CS) {
-                            const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
-                            acc[0] += part[0] * s0, acc[1] += part[1] * s0;
-                            acc[2] += part[2] * s1, acc[3] += part[3] * s1;
+                            for (int h = 0; h < 2; ++h) {
+                                uint32_t w[NR];
+                                if (uj < nunits) {  // else the bytes may be the next row's
+                                    Dec::decode_staged(sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u), tig + 4 * j, w);
+                                } else {
+#pragma unroll
+                                    for (int k = 0; k < NR; ++k) w[k] = 0u;
+                                }
+#pragma unroll
+                                for (int s = 0; s < V / 4; ++s)
+                                    mma_bf16(acc, h ? 0u : w[2 * s], h ? w[2 * s] : 0u, h ? 0u : w[2 * s + 1],
+                                             h ? w[2 * s + 1] : 0u, xa[2 * s], xa[2 * s + 1]);
+                            }
+                        } else {
+                            const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
+                            uint32_t wa[NR], wb[NR];
+                            Dec::decode(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
+                            Dec::decode(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
+                            float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                            for (int s = 0; s < V / 4; ++s)
+                                mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                         xa[2 * s + 1]);
+                            if constexpr (CS) {
+                                const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
+                                acc[0] += part[0] * s0, acc[1] += part[1] * s0;
+                                acc[2] += part[2] * s1, acc[3] += part[3] * s1;
+                            }
                         }
                     }
                 }
@@ -943,7 +1041,14 @@ inline bool programmatic_launch() {
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     const auto kernel = experts_decode_staged<Dec, PH, S>;
+    constexpr int units = StageShape<Dec>::kUnits;
     static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
+    static const bool big = [&] {  // byte-stream rings of 4 warps can pass the default 48 KB
+        const bool b = staged_smem(4, S, units) > 48 * 1024;
+        if (b) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units));
+        return b;
+    }();
+    (void)big;
     int dev = 0, sms = 0;
     // without a usable device these fail: plan for one SM, and the launch below reports the error
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
@@ -957,7 +1062,8 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     for (int ks = 1; ks <= 4; ks *= 2) {
         if (ks > 1 && nchunks < 2 * ks) break;  // at least 2 chunks per warp and item
         int n = 0;  // remembered only once the device answered
-        if (fit[ks] == 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S)) == cudaSuccess)
+        if (fit[ks] == 0 &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
             fit[ks] = n;
         KS = ks, cap = sms * std::max(fit[ks], 1);
         if (std::min(fewest, cap) * ks >= 7 * sms) break;
@@ -967,7 +1073,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((most + per - 1) / per);
     cfg.blockDim = dim3(32 * KS);
-    cfg.dynamicSmemBytes = staged_smem(KS, S);
+    cfg.dynamicSmemBytes = staged_smem(KS, S, units);
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -976,22 +1082,53 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     cudaLaunchKernelEx(&cfg, kernel, p, nbands, cpw);
 }
 
-// The decode kernel for a layer: the decoders' default (kStaged), or FTW_CUDA_DECODE=classic /
+// The decode kernel of a phase: the decoder's default (kStaged), or FTW_CUDA_DECODE=classic /
 // =staged for every decoder with the staged interface (benchmarks compare them in one run).
-template <class Dec, class DecDown>
+template <class Dec>
 bool staged_decode() {
-    if constexpr (!Staged<Dec>::available || !Staged<DecDown>::available) {
+    if constexpr (!Staged<Dec>::available) {
         return false;
     } else {
         const char* v = std::getenv("FTW_CUDA_DECODE");
         if (v != nullptr && std::strcmp(v, "classic") == 0) return false;
         if (v != nullptr && std::strcmp(v, "staged") == 0) return true;
-        return Staged<Dec>::preferred && Staged<DecDown>::preferred;
+        return Staged<Dec>::preferred;
     }
 }
 
-// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves
-// (experts_decode_staged where the decoders choose it, else experts_decode).
+// The decoder the register-fed kernels (experts_decode, experts_proj) run: Dec, or Dec::Classic
+// where a staged decoder names a twin for them (gguf: one instantiation of those kernels per
+// type and way of loading, whether or not decode is staged).
+template <class Dec>
+struct ClassicOf {
+    template <class D>
+    static typename D::Classic test(int);
+    template <class D>
+    static D test(...);
+    using type = decltype(test<Dec>(0));
+};
+
+// One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
+// experts_decode (with ClassicOf<Dec>). Each phase chooses for itself (gguf's gate_up and down
+// decoders may differ); phase 0 of either kernel clears out, phase 1 of either waits for all of
+// phase 0 (its programmatic launch starts early only after a staged phase 0's trigger).
+template <class Dec, int PH>
+void launch_decode(const KernelParams& p, cudaStream_t stream) {
+    if constexpr (Staged<Dec>::available) {
+        if (staged_decode<Dec>()) {
+            launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
+            return;
+        }
+    }
+    using C = typename ClassicOf<Dec>::type;
+    constexpr int NT = C::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
+    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC);
+    const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
+    const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
+    experts_decode<C, PH, NT><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
+}
+
+// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
 // Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
 // reuse every decoded weight across the 64 pairs. DecDown: down's decoder where it differs from
 // gate_up's (gguf picks one per projection from the layer's ggml types).
@@ -999,32 +1136,18 @@ template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
     const int pairs = p.T * p.K;
     if (pairs <= kDecodeMaxPairs && p.T <= 8) {
-        constexpr int NT0 = Dec::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
-        constexpr int NT1 = DecDown::VEC == 8 ? 2 : 1;
-        if constexpr (Staged<Dec>::available && Staged<DecDown>::available) {
-            if (staged_decode<Dec, DecDown>()) {
-                launch_staged<Dec, 0, 4>(p, stream);  // 4 stages: 8 KB of ring per warp
-                check_launch("gate_up kernel");
-                launch_staged<DecDown, 1, 4>(p, stream);
-                check_launch("down kernel");
-                return;
-            }
-        }
-        const int ks0 = k_split(p.H, Dec::VEC), ks1 = k_split(p.I, DecDown::VEC);
-        const int ny = std::min(pairs, 8);  // each block row serves every 8th distinct expert
-        dim3 g0((p.I + NT0 * 8 - 1) / (NT0 * 8), ny), g1((p.H + NT1 * 16 - 1) / (NT1 * 16), ny);
-        experts_decode<Dec, 0, NT0><<<g0, 32 * ks0, 0, stream>>>(p);
+        launch_decode<Dec, 0>(p, stream);
         check_launch("gate_up kernel");
-        experts_decode<DecDown, 1, NT1><<<g1, 32 * ks1, 0, stream>>>(p);
+        launch_decode<DecDown, 1>(p, stream);
         check_launch("down kernel");
     } else {
         constexpr int MT = 4, NT = 2, RG = 4;
         launch_route(p, 16 * MT, stream);
         const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
         dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<Dec, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
+        experts_proj<typename ClassicOf<Dec>::type, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
         check_launch("gate_up kernel");
-        experts_proj<DecDown, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
+        experts_proj<typename ClassicOf<DecDown>::type, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
         check_launch("down kernel");
     }
 }

@@ -7,13 +7,14 @@
 // Two kinds of decoder, from the one type list below (FTW_GGML_CUDA_TYPES):
 // - TypedDecoder<T> (a Fast<T> specialisation per type): a projection whose rows are all of type T
 //   (gate and up both, or down) and whose bank sits on 16-byte boundaries runs a kernel made for
-//   T, which keeps the unit's bytes in flight a ring stage ahead (in registers, or in the L1 for
-//   the types whose bytes would not fit: Fast<T>::kPrefetch) and decodes without int -> float
-//   conversions. 14 types; Q5_0, Q4_1, Q5_1 have none yet.
+//   T, which decodes without int -> float conversions from the unit's bytes, had in one of three
+//   ways: copied with the row's chunk into shared memory by cp.async (decode's staged kernel,
+//   StagedRows), or a ring stage ahead in registers, or in the L1 for the types whose bytes would
+//   not fit (the register-fed kernels: Fast<T>::kPrefetch). 14 types; Q5_0, Q4_1, Q5_1 have none.
 // - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
 //   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
 // The launch looks each projection's decoder up (with_decoder); FTW_GGUF_CUDA_DECODER=table |
-// loaded | prefetched forces one kind for the bench's comparisons.
+// staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
 //
 // Numerics: a bf16 weight is within 2^-9 of ggml's float32 value (relative), unlike the other
 // formats whose decoded values are exact in bf16; the error of a dot product averages out to a
@@ -473,6 +474,27 @@ __device__ __forceinline__ uint2 ld_stream2(const void* p) {
     return v;
 }
 
+// Where a decoder's load<M>() reads a unit's bytes: global memory (the register-fed kernels, a
+// ring stage ahead: weight bytes streamed past the L1, block heads through it, as the quad's four
+// lanes share them), or the staged kernel's shared-memory ring (plain loads of an address there;
+// the kernel orders them after the copies landed).
+struct GlobalLoads {
+    __device__ static uint4 stream16(const void* p) { return ld_stream(p); }
+    __device__ static uint4 cached16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+    __device__ static uint2 stream8(const void* p) { return ld_stream2(p); }
+    __device__ static uint32_t word(const void* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+};
+struct SharedLoads {
+    __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static uint4 cached16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static uint2 stream8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
+    __device__ static uint32_t word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+};
+
+__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
+    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
+}
+
 // the aligned 8-byte words covering L bytes at an address aligned to A (the last word may hold
 // bytes past the L, never past the aligned word holding the block's last byte)
 template <int L, int A>
@@ -481,13 +503,22 @@ struct Span {
     uint2 v[N];
 };
 
-template <int L, int A>
+template <int L, int A, class M = GlobalLoads>
 __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
     const uint2* base = reinterpret_cast<const uint2*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(7));
+    // N words cover L bytes at the worst offset; at a better one the last would lie past them
+    // (past the bank, for its last block): read the last word holding one of them again instead
+    const uint32_t last = (addr_low(a, 7) + L - 1) >> 3;
     Span<L, A> s;
 #pragma unroll
-    for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = ld_stream2(base + i);
+    for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = M::stream8(base + min(uint32_t(i), last));
     return s;
+}
+
+// the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
+template <class M = GlobalLoads>
+__device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
+    return M::word(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
 }
 
 template <int L, int A>
@@ -496,9 +527,6 @@ __device__ __forceinline__ void span_words(const Span<L, A>& s, uint32_t (&w)[2 
     for (int i = 0; i < Span<L, A>::N; ++i) w[2 * i] = s.v[i].x, w[2 * i + 1] = s.v[i].y;
 }
 
-__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
-    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
-}
 
 // out[k] = the 4 bytes at byte r + 4k of the little-endian words w, for r <= MAXR (words past w's
 // end read as 0: only bytes beyond the ones asked for come from them). FUNNEL: r may be odd or 2
@@ -597,9 +625,30 @@ struct WholeBlock {
         Span<N, A> s;
         uint32_t o;
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u) * N;
-        return {load_span<N, A>(b), addr_low(b, 7)};
+        if constexpr (std::is_same_v<M, SharedLoads>) {
+            // Shared memory reads 4-byte words at any word address: shift the block's bytes into
+            // place here, so that decode sees offset 0 and its byte selection folds away (fewer
+            // registers: decode's select network spilled in the staged kernel). Only the words
+            // holding the block's bytes are read.
+            constexpr int NW = 2 * Span<N, A>::N, NB = (N + 3) / 4;
+            const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t(3));
+            const uint32_t off = addr_low(b, 3), last = (off + N - 1) >> 2;
+            uint32_t x[NB + 1], y[NW];
+#pragma unroll
+            for (int i = 0; i <= NB; ++i) x[i] = M::word(w + min(uint32_t(i), last));
+#pragma unroll
+            for (int i = 0; i < NW; ++i) y[i] = i < NB ? __funnelshift_r(x[i], x[i + 1], off * 8) : 0u;
+            Raw r;
+#pragma unroll
+            for (int i = 0; i < Span<N, A>::N; ++i) r.s.v[i] = make_uint2(y[2 * i], y[2 * i + 1]);
+            r.o = 0;
+            return r;
+        } else {
+            return {load_span<N, A, M>(b), addr_low(b, 7)};
+        }
     }
 };
 
@@ -720,11 +769,12 @@ struct Fast<IQ4_XS> {
         uint2 head, q0, q1;
         uint32_t j;
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 136;
         const int j = u & 7;
         const uint2* q = reinterpret_cast<const uint2*>(b + 8 + 16 * j);
-        return {ld_stream2(b), ld_stream2(q), ld_stream2(q + 1), uint32_t(j)};
+        return {M::stream8(b), M::stream8(q), M::stream8(q + 1), uint32_t(j)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const int j = int(raw.j);
@@ -742,15 +792,17 @@ template <>
 struct Fast<Q4_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200: 0.23x of the ceiling, Loaded 0.21x
+    static constexpr bool kStaged = true;    // H200: 0.27x, faster than both (T=8: 0.30x / 0.22x)
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 144;
         const int j = u & 7;
         const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
-        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), uint32_t(j)};
+        return {M::cached16(b), M::stream16(q), M::stream16(q + 1), uint32_t(j)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const int j = int(raw.j);
@@ -772,17 +824,18 @@ template <>
 struct Fast<Q5_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200: 0.25x of the ceiling, Loaded 0.14x
+    static constexpr bool kStaged = true;    // H200: 0.27x, faster than both (T=8: 0.26x / 0.24x)
     struct Raw {
         uint4 head, q0, q1, h0, h1;
         uint32_t j;
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 176;
         const int j = u & 7;
         const uint4* q = reinterpret_cast<const uint4*>(b + 48 + 32 * (j >> 1));
         const uint4* h = reinterpret_cast<const uint4*>(b + 16);
-        return {__ldg(reinterpret_cast<const uint4*>(b)), ld_stream(q), ld_stream(q + 1), __ldg(h), __ldg(h + 1),
-                uint32_t(j)};
+        return {M::cached16(b), M::stream16(q), M::stream16(q + 1), M::cached16(h), M::cached16(h + 1), uint32_t(j)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const int j = int(raw.j);
@@ -812,15 +865,15 @@ struct Fast<Q6_K> {
         uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
         uint32_t os;     // block address % 8 | s << 4 | (scale byte position) << 8 | (d's) << 12
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 210;
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t* sc = b + 192 + 8 * h + 2 * s;
         const uint8_t* d = b + 208;
         const uint32_t os = addr_low(b, 7) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
-        return {load_span<32, 2>(b + 64 * h + 32 * (s & 1)), load_span<32, 2>(b + 128 + 32 * h),
-                __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sc) & ~uintptr_t(3))),
-                __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(d) & ~uintptr_t(3))), os};
+        return {load_span<32, 2, M>(b + 64 * h + 32 * (s & 1)), load_span<32, 2, M>(b + 128 + 32 * h),
+                ld_word_at<M>(sc), ld_word_at<M>(d), os};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t o = raw.os & 7, s = (raw.os >> 4) & 3;
@@ -846,11 +899,6 @@ struct Fast<Q6_K> {
     }
 };
 
-// the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
-__device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
-    return __ldg(reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
-}
-
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
 // block: bits 2s, 2s + 1 of qs[32h + l]; scale bytes 8h + 2s (values 0..15), 8h + 2s + 1 (16..31):
 // low nibble scale, high nibble min; value = d*sc * q - dmin*m.
@@ -863,15 +911,16 @@ struct Fast<Q2_K> {
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
         uint32_t s;
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 84;
         const int h = (u >> 2) & 1, s = u & 3;
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * h);
         Raw r;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) r.q[i] = __ldg(q + i);
-        r.sc = ld_word_at(b + 8 * h + 2 * s);
-        r.dd = __ldg(reinterpret_cast<const uint32_t*>(b + 80));
+        for (int i = 0; i < 8; ++i) r.q[i] = M::word(q + i);
+        r.sc = ld_word_at<M>(b + 8 * h + 2 * s);
+        r.dd = M::word(b + 80);
         r.s = uint32_t(s);
         return r;
     }
@@ -909,13 +958,15 @@ struct Fast<Q3_K> {
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
         uint32_t os;         // block address % 8 | unit % 8 << 4 | byte positions of lo, hi, d << 8, 10, 12
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 110;
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t *lo = b + 96 + 2 * s, *hi = b + 104 + 2 * (s & 1), *d = b + 108;
         const uint32_t os = addr_low(b, 7) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
                             addr_low(d, 3) << 12;
-        return {load_span<32, 2>(b), load_span<32, 2>(b + 32 + 32 * h), ld_word_at(lo), ld_word_at(hi), ld_word_at(d), os};
+        return {load_span<32, 2, M>(b), load_span<32, 2, M>(b + 32 + 32 * h), ld_word_at<M>(lo), ld_word_at<M>(hi),
+                ld_word_at<M>(d), os};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t o = raw.os & 7, j = (raw.os >> 4) & 7, h = j >> 2, s = j & 3;
@@ -965,8 +1016,9 @@ struct IqHead {
     uint32_t d;   // the word holding d
     uint32_t os;  // address % 8 of the qs bytes | d's byte position << 4 | more per type
 };
+template <class M>
 __device__ __forceinline__ IqHead iq_head(const uint8_t* b, int ib) {
-    return {load_span<8, 2>(b + 2 + 8 * ib), ld_word_at(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
+    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
 }
 __device__ __forceinline__ float iq_d(const IqHead& r) { return half_bits(r.d >> (8 * ((r.os >> 4) & 3))); }
 __device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
@@ -980,7 +1032,8 @@ template <>
 struct Fast<IQ2_XXS> {
     static constexpr bool kHas = true;
     using Raw = IqHead;
-    __device__ static Raw load(const uint8_t* row, int u) { return iq_head(row + int64_t(u >> 3) * 66, u & 7); }
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) { return iq_head<M>(row + int64_t(u >> 3) * 66, u & 7); }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t a[2];
         iq_qs(raw, a);
@@ -1000,12 +1053,13 @@ struct Fast<IQ2_XS> {
         IqHead head;
         uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 74;
         const int ib = u & 7;
-        IqHead h = iq_head(b, ib);
+        IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(b + 66 + ib, 3) << 8;
-        return {h, ld_word_at(b + 66 + ib)};
+        return {h, ld_word_at<M>(b + 66 + ib)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[2];
@@ -1030,14 +1084,17 @@ struct Fast<IQ3_XXS> {
         IqHead head;
         uint32_t s0, s1;  // the words covering the sub-block's u32 of signs and scale (2-byte aligned)
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 98;
         const int ib = u & 7;
         const uint8_t* a = b + 66 + 4 * ib;
-        IqHead h = iq_head(b, ib);
+        IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(a, 3) << 8;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3));
-        return {h, __ldg(w), __ldg(w + 1)};
+        // the next word only where the 4 bytes straddle two (a % 4 == 2): the word after the last
+        // sub-block's lies past the block, past the bank for its last block
+        return {h, M::word(w), M::word(w + (addr_low(a, 3) >> 1))};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[2];
@@ -1063,14 +1120,15 @@ struct Fast<IQ3_S> {
         IqHead head;
         uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte
     };
+    template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 110;
         const int ib = u & 7;
         const uint8_t *qh = b + 66 + ib, *sg = b + 74 + 4 * ib, *sc = b + 106 + ib / 2;
-        IqHead h = iq_head(b, ib);
+        IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(qh, 3) << 8 | addr_low(sg, 3) << 10 | addr_low(sc, 3) << 12 | uint32_t(ib & 1) << 14;
         const uint32_t* sw = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sg) & ~uintptr_t(3));
-        return {h, ld_word_at(qh), __ldg(sw), __ldg(sw + 1), ld_word_at(sc)};
+        return {h, ld_word_at<M>(qh), M::word(sw), M::word(sw + 1), ld_word_at<M>(sc)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t os = raw.head.os;
@@ -1114,14 +1172,63 @@ struct HasPost {
 
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
-// The kernels' decoder for rows of ggml type T (T has a Fast<T>). Two ways of keeping a unit's
-// bytes in flight: Loaded (Fast<T>::load's registers are the ring's Raw) or Prefetched (load()
-// only asks the L1 for the unit's block, and decode() reads it from there with Fast<T>::load):
-// the second keeps types whose Raw is large (Q5_K, Q6_K, Q3_K: 21-27 registers) from spilling
-// the ring; Fast<T>::kPrefetch picks per type, from measurements (docs/BENCHMARKS.md).
-template <class T, bool Prefetched>
-struct TypedDecoder {
+template <class F>
+struct HasPrefetch {
+    template <class D>
+    static constexpr bool test(decltype(&D::kPrefetch)) { return D::kPrefetch; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+template <class F>
+struct StagedDefault {  // Fast<T>::kStaged: decode takes the staged kernel by default
+    template <class D>
+    static constexpr bool test(decltype(&D::kStaged)) { return D::kStaged; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// rows of n values of ggml type T: bytes
+template <class T>
+__host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
+    return n / T::size.block_values * T::size.block_bytes;
+}
+
+// experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
+// a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
+// at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
+// covering a chunk (kSpan). decode_staged reads the unit's bytes with the same Fast<T>::load as
+// the register-fed kernels, from the shared-memory ring instead of global memory.
+template <class T>
+struct StagedRows {
     using F = Fast<T>;
+    static constexpr bool kStaged = true;
+    static constexpr int kChunkBytes = 256 / T::size.block_values * T::size.block_bytes;
+    static constexpr int kAlign = T::size.block_bytes % 16 == 0 ? 16 : T::size.block_bytes & -T::size.block_bytes;
+    static constexpr int kSpan = (16 - kAlign + kChunkBytes + 15) / 16;
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        return type_row_bytes<T>(proj == 0 ? p.H : p.I);
+    }
+    __device__ static void decode_staged(const uint8_t* b, int k, uint32_t (&w)[16]) {
+        F::decode(F::template load<SharedLoads>(b, k), w);
+    }
+};
+struct RegisterFedOnly {};
+
+// The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
+// bytes at hand when it is decoded: Loaded (Fast<T>::load's registers are the register-fed ring's
+// Raw), Prefetched (load() only asks the L1 for the unit's block, and decode() reads it from
+// there with Fast<T>::load: types whose Raw is large, Q5_K, Q6_K, Q3_K with 21-27 registers, do
+// not spill the ring), and Staged (StagedRows: decode runs experts_decode_staged, which copies
+// each row's chunks into shared memory by cp.async, many bytes in flight without registers;
+// prefill and FTW_CUDA_DECODE=classic keep the register-fed way Fast<T>::kPrefetch picks).
+// The defaults per type (kPrefetch, kStaged) come from measurements (docs/BENCHMARKS.md).
+template <class T, bool Prefetched, bool Staging>
+struct TypedDecoder : std::conditional_t<Staging, StagedRows<T>, RegisterFedOnly> {
+    using F = Fast<T>;
+    using Classic = TypedDecoder<T, Prefetched, false>;  // the register-fed kernels' instantiation
     static constexpr int VEC = 32;
     using Row = const uint8_t*;
     struct Deferred {
@@ -1131,8 +1238,7 @@ struct TypedDecoder {
     using Raw = std::conditional_t<Prefetched, Deferred, typename F::Raw>;
     // gate_up: gate's I rows then up's I rows, both of type T; down: H rows
     __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
-        const int n = proj == 0 ? p.H : p.I;
-        return bank_row(p, proj, slot) + int64_t(r) * (n / T::size.block_values * T::size.block_bytes);
+        return bank_row(p, proj, slot) + int64_t(r) * type_row_bytes<T>(proj == 0 ? p.H : p.I);
     }
     __device__ static Raw load(Row row, int u) {
         if constexpr (Prefetched) {
@@ -1172,15 +1278,6 @@ struct TypedDecoder {
     }
 };
 
-template <class F>
-struct HasPrefetch {
-    template <class D>
-    static constexpr bool test(decltype(&D::kPrefetch)) { return D::kPrefetch; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
-
 // The type list as a type (the one list above), for the launch's lookup.
 template <class... Ts>
 struct TypeList {};
@@ -1188,17 +1285,19 @@ struct TypeList {};
 using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
 #undef FTW_GGML_LIST_ENTRY
 
-// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T>::kPrefetch
-// says; "table": the table-driven decoder for every projection; "loaded" / "prefetched": every
-// type with a decoder of its own that way (the last three for the bench's comparisons).
-enum class Mode { kPerType, kTable, kLoaded, kPrefetched };
+// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T> says
+// (kStaged, kPrefetch); "table": the table-driven decoder for every projection; "staged" /
+// "loaded" / "prefetched": every type with a decoder of its own that way (the last four for the
+// tests and the bench's comparisons; read at every launch).
+enum class Mode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
 Mode mode() {
-    static const Mode m = [] {
-        const char* e = std::getenv("FTW_GGUF_CUDA_DECODER");
-        const std::string v = e ? e : "";
-        return v == "table" ? Mode::kTable : v == "loaded" ? Mode::kLoaded : v == "prefetched" ? Mode::kPrefetched : Mode::kPerType;
-    }();
-    return m;
+    const char* e = std::getenv("FTW_GGUF_CUDA_DECODER");
+    const std::string v = e ? e : "";
+    return v == "table"        ? Mode::kTable
+           : v == "staged"     ? Mode::kStaged
+           : v == "loaded"     ? Mode::kLoaded
+           : v == "prefetched" ? Mode::kPrefetched
+                               : Mode::kPerType;
 }
 
 // f(decoder) with the decoder of a projection whose rows are all of ggml type `id` (-1: mixed
@@ -1211,9 +1310,12 @@ template <class T, class... Rest, class F>
 void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
     if constexpr (Fast<T>::kHas) {
         if (id == T::size.id) {
-            const bool pf = m == Mode::kPrefetched || (m == Mode::kPerType && HasPrefetch<Fast<T>>::value);
-            if (pf) return f(TypedDecoder<T, true>{});
-            return f(TypedDecoder<T, false>{});
+            constexpr bool pf = HasPrefetch<Fast<T>>::value;
+            if (m == Mode::kLoaded) return f(TypedDecoder<T, false, false>{});
+            if (m == Mode::kPrefetched) return f(TypedDecoder<T, true, false>{});
+            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<T>>::value))
+                return f(TypedDecoder<T, pf, true>{});
+            return f(TypedDecoder<T, pf, false>{});
         }
     }
     with_decoder(TypeList<Rest...>{}, id, m, std::forward<F>(f));
