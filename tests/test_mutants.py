@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+import ftw
 from ftw import loader, spec
 from ftw.errors import FtwError, MergeError, UnsupportedError
 from ftw.formats import Activation, LayerFormat, ModelShape
@@ -728,3 +729,240 @@ def test_the_anonymous_file_path_writes_the_same_file(tmp_path, monkeypatch):
     f.write(data)
     f.abort()
     assert os.listdir(tmp_path) == [dst.name]
+
+
+# --- ftw/check.py -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def check_sources(tmp_path_factory):
+    """Four sources of 10 experts and what converting three of them gives. qwen3 and qwen3_fp8
+    share their seed: layer 0 is bf16 in one and fp8_block in the other, and every byte after
+    it differs. gpt_oss has expert biases, mixtral the same layout without them."""
+    from st_build import build
+
+    from ftw.writers.convert import convert
+
+    d = tmp_path_factory.mktemp("check_sources")
+    seed = int(np.random.default_rng().integers(1 << 30))
+    out = {}
+    for name, family, fmts in (("qwen3", "qwen3_moe", ["bf16", "bf16"]), ("qwen3_fp8", "qwen3_moe", ["fp8_block", "bf16"]),
+                               ("gpt_oss", "gpt_oss", ["bf16", "bf16"]), ("mixtral", "mixtral", ["bf16", "bf16"])):
+        src, _ = build(d / name, family, fmts, E=10, seed=seed if name.startswith("qwen3") else None)
+        ftw_path = d / f"{name}.ftw"
+        if name != "qwen3_fp8":
+            convert(src, ftw_path)
+        out[name] = (src, ftw_path)
+    return out
+
+
+# kills: a format mismatch's message lost, `continue` -> `break` after it (the next layer not
+# compared); the message for differing experts (the first 8 named, then "...")
+def test_check_names_a_format_mismatch_and_compares_the_next_layer(check_sources):
+    from checking import check
+
+    src_fp8, _ = check_sources["qwen3_fp8"]
+    _, qwen3_ftw = check_sources["qwen3"]
+    with ftw.open(qwen3_ftw) as f:
+        file_fmt = f.layer_formats[0]
+    report = check(src_fp8, qwen3_ftw)
+    assert report.layers[0].problems == [f"format: source fp8_block{{block_size=[128, 128]}}, file {file_fmt}"]
+    assert report.layers[1].problems[:2] == [
+        "bank down: bytes of 10 of 10 experts differ from the source (experts 0-7, ...)",
+        "bank gate_up: bytes of 10 of 10 experts differ from the source (experts 0-7, ...)"]
+
+
+# kills: the messages for a bank only in the source or only in the file (and the comparison
+# of `have | want` failing on the missing one)
+def test_check_names_banks_missing_from_the_file_or_not_in_the_source(check_sources):
+    from checking import check
+
+    gpt_src, gpt_ftw = check_sources["gpt_oss"]
+    mix_src, mix_ftw = check_sources["mixtral"]
+    missing = check(gpt_src, mix_ftw).layers[0].problems
+    assert "bank down_bias: in the source, missing from the file" in missing
+    assert "bank gate_up_bias: in the source, missing from the file" in missing
+    extra = check(mix_src, gpt_ftw).layers[1].problems
+    assert extra[:2] == ["bank down_bias: in the file, not in the source", "bank gate_up_bias: in the file, not in the source"]
+
+
+# kills: the counts of banks and bytes compared (= 1, -= 1, += 2, = nbytes, -= nbytes); verify's
+# progress not passed on (every byte it hashes is reported through check's progress)
+def test_check_counts_banks_and_bytes_and_reports_verify_progress(check_sources):
+    from checking import check
+
+    src, path = check_sources["gpt_oss"]
+    seen = []
+    report = check(src, path, progress=lambda n=0, layers=0: seen.append((n, layers)))
+    assert report.ok, report.all_problems()
+    hashed = []
+    with ftw.open(path) as f:
+        f.verify(progress=hashed.append)
+        for layer, r in report.layers.items():
+            assert r.banks == len(f.layers[layer]) == 4
+            assert r.bytes_compared == sum(f.bank(layer, name).nbytes for name in f.layers[layer])
+    assert sum(n for n, _ in seen) == sum(hashed) > 0
+    assert sum(layers for _, layers in seen) == len(report.layers)
+
+
+# kills: a bank whose dtype alone differs passing (`or` -> `and`), its message, `continue` ->
+# `break` after it (the layer's next bank not compared)
+def test_check_names_a_bank_dtype_change_and_compares_the_next_bank(tmp_path):
+    from checking import check
+    from helpers_container import index_of, patch_blob, with_index
+
+    from ftw.writers.convert import convert
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "st", "gpt_oss_mxfp4")
+    dst = tmp_path / "m.ftw"
+    convert(src, dst)
+    data = dst.read_bytes()
+    ix = index_of(data)
+    key = sorted(ix["layers"])[0]
+    gu = ix["layers"][key]["banks"]["gate_up"]
+    data = patch_blob(data, gu, 5, bytes([data[gu["offset"] + 5] ^ 0x10]), reseal=True)
+    ix = index_of(data)
+    down = ix["layers"][key]["banks"]["down"]
+    assert down["dtype"] == "u8"
+    down["dtype"] = "i8"  # what older writers stored: a file that opens
+    dst.write_bytes(with_index(data, ix))
+    problems = check(src, dst).layers[int(key)].problems
+    shape = list(down["shape"])
+    assert problems[0] == f"bank down: source u8 {shape}, file i8 {shape}"
+    assert any(p.startswith("bank gate_up: bytes of 1 of ") for p in problems), problems
+
+
+# kills: the model messages (the file's model missing, a field differing) losing their values
+# or prefix, and _short's cut at 80 characters
+def test_check_model_messages_show_both_values_cut_to_80_characters(check_sources, tmp_path):
+    from checking import check
+    from helpers_container import index_of, with_index
+
+    from ftw.check import _short
+    from ftw.readers import open_checkpoint
+
+    assert _short("y" * 78) == repr("y" * 78)  # 80 characters: whole
+    assert _short("y" * 79) == repr("y" * 79)[:77] + "..." and len(_short("y" * 79)) == 80
+    assert _short(list(range(40)), 20) == repr(list(range(40)))[:17] + "..."
+    src, path = check_sources["qwen3"]
+    with open_checkpoint(src) as r:
+        model = r.model.to_json()
+    data = path.read_bytes()
+    for change, want in (
+        (dict(model=None), "model: the file records none; the source's is " + _short(model)),
+        (dict(top_k=model["top_k"] + 1), f"model.top_k: source {model['top_k']}, file {model['top_k'] + 1}"),
+        (dict(extra={"x": "y" * 100}), f"model.extra: source {_short(model['extra'])}, file {_short({'x': 'y' * 100})}"),
+    ):
+        ix = index_of(data)
+        if "model" in change:
+            ix["model"] = None
+        else:
+            ix["model"].update(change)
+        edited = tmp_path / "edited.ftw"
+        edited.write_bytes(with_index(data, ix))
+        assert check(src, edited).problems == [want]
+
+
+# kills: the message for a layer in the file but not in its recorded selection, and the layer
+# it is filed under
+def test_check_files_a_layer_outside_the_selection_under_that_layer(check_sources, tmp_path):
+    from checking import check
+    from helpers_container import index_of, with_index
+
+    src, path = check_sources["qwen3"]
+    data = path.read_bytes()
+    ix = index_of(data)
+    ix["selection"] = {"layers": [1], "experts_only": False}
+    edited = tmp_path / "edited.ftw"
+    edited.write_bytes(with_index(data, ix))
+    report = check(src, edited)
+    layer_problems = [p for p in report.all_problems() if p.startswith("layer ")]
+    assert layer_problems == [f"layer 0: in the file, not in the source's selection ({report.selection})"]
+
+
+# kills: LayerResult made for a layer the report lacks: its number, its format's key or "-"
+def test_check_context_makes_a_layer_result_with_the_files_format(check_sources):
+    from ftw.check import CheckContext, CheckReport
+
+    _, path = check_sources["qwen3"]
+    with ftw.open(path) as f:
+        ctx = CheckContext(f, None, None, CheckReport("src", f.path), 3, 1, lambda n=0, layers=0: None)
+        r = ctx.layer_result(1)
+        assert (r.layer, r.format, r.problems) == (1, f.layer_formats[1].key(), [])
+        assert ctx.layer_result(1) is r and ctx.report.layers == {1: r}
+        assert (ctx.layer_result(7).layer, ctx.layer_result(7).format) == (7, "-")
+
+
+# kills: sample_experts' spacing (i * (E - 1) / (count - 1), rounded), its max(count - 1, 1)
+@pytest.mark.parametrize("num, count, want", [
+    (10, 3, [0, 4, 9]), (32, 4, [0, 10, 21, 31]), (8, 2, [0, 7]), (5, 1, [0]), (4, 4, [0, 1, 2, 3]), (3, 9, [0, 1, 2]),
+])
+def test_sample_experts_takes_the_ends_and_evenly_spaced_between(num, count, want):
+    from ftw.check import sample_experts
+
+    assert sample_experts(num, count) == want
+
+
+# kills: compare_weights: its messages (keys, shapes, error), the result after a shape or value
+# problem, `continue` -> `break` (the next projection not compared after a shape problem or an
+# empty one), the relative error (err * scale), an all-zero reference (inf, never 0), the bound
+# itself accepted (rel > 2^-23, not >=)
+def test_compare_weights_names_every_projection_and_bounds_the_relative_error():
+    from ftw.check import DECODE_RTOL, LayerResult, compare_weights
+
+    rng = np.random.default_rng()
+    w = rng.standard_normal((4, 6)) * 10
+    r = LayerResult(0, "bf16")
+    assert not compare_weights(r, 3, {"gate": w}, {"gate": w, "up": w}, "here")
+    assert r.problems == ["expert 3: decodes to ['gate'] in the file, ['gate', 'up'] here"]
+
+    r = LayerResult(0, "bf16")
+    ref = w.copy()
+    ref[1, 2] += 0.5
+    res = compare_weights(r, 1, {"e": np.empty((0, 3)), "gate": w[:2], "up": w, "down": w},
+                          {"e": np.empty((0, 3)), "gate": w, "up": ref, "down": w}, "there")
+    assert res is False
+    scale = np.abs(ref).max()
+    assert r.problems == ["expert 1 gate: shape [2, 6] in the file, [4, 6] there",
+                          f"expert 1 up: max |error| {0.5:.3g} against max |w| {scale:.3g} there"]
+    assert r.max_abs_err == pytest.approx(0.5, rel=1e-12) and r.max_rel_err == pytest.approx(0.5 / scale, rel=1e-12)
+
+    r = LayerResult(0, "bf16")
+    assert compare_weights(r, 0, {"up": w}, {"up": w}, "x") is True and r.problems == []
+    assert not compare_weights(r, 0, {"up": np.ones(3)}, {"up": np.zeros(3)}, "x")
+    assert r.max_rel_err == float("inf")
+
+    one = np.zeros(5)
+    one[0] = 1.0
+    at_bound = one.copy()
+    at_bound[3] = DECODE_RTOL  # |error| / max |w| is exactly the bound: accepted
+    r = LayerResult(0, "bf16")
+    assert compare_weights(r, 0, {"down": at_bound}, {"down": one}, "x") is True
+    assert r.max_rel_err == DECODE_RTOL
+
+
+# kills: CheckReport.to_json's keys and values (`ftw check --json`, run by the CLI tests in a
+# subprocess only, so "no tests" in mutmut)
+def test_check_report_to_json_carries_every_field(check_sources, tmp_path):
+    import json
+
+    from checking import check
+    from helpers_container import index_of, with_index
+
+    src, path = check_sources["qwen3"]
+    data = path.read_bytes()
+    ix = index_of(data)
+    ix["selection"] = {"layers": [1], "experts_only": False}
+    edited = tmp_path / "edited.ftw"
+    edited.write_bytes(with_index(data, ix))
+    report = check(src, edited, strict=True)
+    j = json.loads(json.dumps(report.to_json()))
+    assert j == {
+        "source": str(src), "file": str(edited), "ok": False, "selection": report.selection, "runtime": "none",
+        "strict": True, "layers": [{**vars(r), "ok": r.ok, "result": r.result} for r in report.layers.values()],
+        "tensors_compared": report.tensors_compared, "tensor_bytes_compared": report.tensor_bytes_compared,
+        "attachments_compared": report.attachments_compared, "problems": report.problems, "notes": report.notes,
+    }
+    assert [(x["layer"], x["ok"], x["result"]) for x in j["layers"]] == [(0, False, "FAIL"), (1, True, "ok")]
+    assert j["problems"] and j["tensors_compared"] > 0 and j["tensor_bytes_compared"] > 0 and j["attachments_compared"] > 0
+    assert j["layers"][1]["banks"] == 2 and j["layers"][1]["experts_decoded"] == 3
