@@ -63,7 +63,9 @@ def main() -> int:
                 "source_nbytes": sum(os.path.getsize(p) for p in plan.source_files),
                 "ftw_nbytes": os.path.getsize(dst),
                 "bytes_compared": sum(r.bytes_compared for r in report.layers.values()) + report.tensor_bytes_compared,
-                "runtime_rel_err": max((r.runtime or {}).get("max_rel_err", 0.0) for r in report.layers.values()),
+                # None when no layer ran on the runtime (affine on cuda): no error to report
+                "runtime_rel_err": max((r.runtime["max_rel_err"] for r in report.layers.values()
+                                        if r.runtime and r.runtime.get("run")), default=None),
                 "not_run": sum(1 for r in report.layers.values() if r.runtime and not r.runtime.get("run")),
                 "ok": report.ok, "problem": "" if report.ok else report.all_problems()[0],
                 "seconds": time.perf_counter() - t,
@@ -82,7 +84,8 @@ def main() -> int:
         for r in rows:
             t.add_row(r["sample"], r["reader"], r["formats"], human(r["source_nbytes"]), human(r["ftw_nbytes"]),
                       human(r["bytes_compared"]),
-                      f"{r.get('runtime_rel_err', 0):.1e}" + (f" ({r['not_run']} layers not run)" if r.get("not_run") else ""),
+                      ("-" if r.get("runtime_rel_err") is None else f"{r['runtime_rel_err']:.1e}")
+                      + (f" ({r['not_run']} layers not run)" if r.get("not_run") else ""),
                       "[green]ok[/]" if r["ok"] else f"[red]{escape(r['problem'])}[/]")
         console.print(t)
         good = sum(r["ok"] for r in rows)
