@@ -4,37 +4,12 @@
 // byte above 190 would overflow to inf and one below 63 lose bits to bf16 subnormals.
 #pragma once
 
-#include "cuda/experts_kernels.cuh"
+#include "cuda/scaled_units.cuh"
 
 namespace ftw::cuda {
 
-struct E8m0Fp4Decoder {
+struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     static constexpr int VEC = 32;
-    struct Row {
-        const uint4* w;
-        const uint8_t* s;
-    };
-    struct Raw {
-        uint4 w;
-        uint32_t s;
-    };
-    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
-        const int in = proj == 0 ? p.H : p.I;
-        return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * (in / 2)),
-                bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 32)};
-    }
-    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u)}; }
-    static constexpr bool kStaged = true;  // decode: experts_decode_staged (units through shared memory)
-    struct Side {
-        uint32_t s;
-    };
-    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
-    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
-        const int in = proj == 0 ? p.H : p.I;
-        return int64_t(in / 2);
-    }
-    __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u)}; }
-    __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t m = e8m0_bf16(raw.s, 64);  // 2^(s-127) * 2^64: with e2m1's 2^-126, w * 2^-62
         const uint32_t m2 = m | (m << 16);

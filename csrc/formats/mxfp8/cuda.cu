@@ -1,38 +1,13 @@
 // MXFP8 experts on the GPU: e4m3 weights, one E8M0 scale per 32 inputs. A 16-byte unit is half a
 // scale block; e4m3 * 2^k is exact in bf16, so the decode is exact (for scale bytes up to 196,
 // 2^69: the weights carry 2^-62; real checkpoints sit near 2^-10).
-#include "cuda/experts_kernels.cuh"
+#include "cuda/scaled_units.cuh"
 
 namespace ftw::cuda {
 namespace {
 
-struct Mxfp8Decoder {
+struct Mxfp8Decoder : ScaledUnits<8, uint8_t, 2> {
     static constexpr int VEC = 16;
-    struct Row {
-        const uint4* w;
-        const uint8_t* s;
-    };
-    struct Raw {
-        uint4 w;
-        uint32_t s;
-    };
-    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
-        const int in = proj == 0 ? p.H : p.I;
-        return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * in),
-                bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 32)};
-    }
-    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u / 2)}; }
-    static constexpr bool kStaged = true;  // decode: experts_decode_staged (units through shared memory)
-    struct Side {
-        uint32_t s;
-    };
-    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
-    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
-        const int in = proj == 0 ? p.H : p.I;
-        return int64_t(in);
-    }
-    __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u / 2)}; }
-    __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[8]) {
         const uint32_t m = e8m0_bf16(raw.s, 58);  // 2^(s-127) * 2^58: with e4m3's 2^-120, w * 2^-62
         const uint32_t m2 = m | (m << 16);

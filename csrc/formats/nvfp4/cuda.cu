@@ -2,38 +2,13 @@
 // float32 global per row. A 16-byte unit holds 32 values and their two block scales; e2m1 times
 // an e4m3 scale has at most 6 significant bits, so the bf16 weights are exact, and the global
 // multiplies the row's dot product afterwards (exact up to float32 accumulation).
-#include "cuda/experts_kernels.cuh"
+#include "cuda/scaled_units.cuh"
 
 namespace ftw::cuda {
 namespace {
 
-struct Nvfp4Decoder {
+struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     static constexpr int VEC = 32;
-    struct Row {
-        const uint4* w;
-        const unsigned short* s;  // two e4m3 scales per 16-byte unit
-    };
-    struct Raw {
-        uint4 w;
-        uint32_t s;
-    };
-    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
-        const int in = proj == 0 ? p.H : p.I;
-        return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * (in / 2)),
-                reinterpret_cast<const unsigned short*>(bank_row(p, 2 + proj, slot) + int64_t(r) * (in / 16))};
-    }
-    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u), __ldg(row.s + u)}; }
-    static constexpr bool kStaged = true;  // decode: experts_decode_staged (units through shared memory)
-    struct Side {
-        uint32_t s;
-    };
-    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
-    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
-        const int in = proj == 0 ? p.H : p.I;
-        return int64_t(in / 2);
-    }
-    __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u)}; }
-    __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t m2[2];
 #pragma unroll
