@@ -787,13 +787,17 @@ def test_check_names_banks_missing_from_the_file_or_not_in_the_source(check_sour
 
 
 # kills: the counts of banks and bytes compared (= 1, -= 1, += 2, = nbytes, -= nbytes); verify's
-# progress not passed on (every byte it hashes is reported through check's progress)
+# progress not passed on (every byte it hashes is reported through check's progress), a layer's
+# progress without its byte count
 def test_check_counts_banks_and_bytes_and_reports_verify_progress(check_sources):
     from checking import check
 
     src, path = check_sources["gpt_oss"]
     seen = []
-    report = check(src, path, progress=lambda n=0, layers=0: seen.append((n, layers)))
+    def progress(n, layers=0):  # the documented signature: nbytes always passed
+        seen.append((n, layers))
+
+    report = check(src, path, progress=progress)
     assert report.ok, report.all_problems()
     hashed = []
     with ftw.open(path) as f:
@@ -806,7 +810,8 @@ def test_check_counts_banks_and_bytes_and_reports_verify_progress(check_sources)
 
 
 # kills: a bank whose dtype alone differs passing (`or` -> `and`), its message, `continue` ->
-# `break` after it (the layer's next bank not compared)
+# `break` after it (the layer's next bank not compared); one differing expert named without
+# "..."; step_decode's `continue` -> `break` at a failed layer (the next layers not decoded)
 def test_check_names_a_bank_dtype_change_and_compares_the_next_bank(tmp_path):
     from checking import check
     from helpers_container import index_of, patch_blob, with_index
@@ -829,7 +834,10 @@ def test_check_names_a_bank_dtype_change_and_compares_the_next_bank(tmp_path):
     problems = check(src, dst).layers[int(key)].problems
     shape = list(down["shape"])
     assert problems[0] == f"bank down: source u8 {shape}, file i8 {shape}"
-    assert any(p.startswith("bank gate_up: bytes of 1 of ") for p in problems), problems
+    E = gu["shape"][0]
+    assert f"bank gate_up: bytes of 1 of {E} experts differ from the source (experts 0)" in problems, problems
+    others = [r for layer, r in check(src, dst).layers.items() if layer != int(key)]
+    assert others and all(r.ok and r.experts_decoded == 3 for r in others)  # decoded after a failed layer
 
 
 # kills: the model messages (the file's model missing, a field differing) losing their values
@@ -966,3 +974,213 @@ def test_check_report_to_json_carries_every_field(check_sources, tmp_path):
     assert [(x["layer"], x["ok"], x["result"]) for x in j["layers"]] == [(0, False, "FAIL"), (1, True, "ok")]
     assert j["problems"] and j["tensors_compared"] > 0 and j["tensor_bytes_compared"] > 0 and j["attachments_compared"] > 0
     assert j["layers"][1]["banks"] == 2 and j["layers"][1]["experts_decoded"] == 3
+
+
+# kills: the "..." after the first 8 differing experts at exactly 8 and 9 (> 8, not >= 8 or > 9)
+def test_check_lists_up_to_8_differing_experts_then_an_ellipsis(check_sources, tmp_path):
+    from checking import check
+    from helpers_container import index_of, patch_blob
+
+    src, path = check_sources["qwen3"]
+    data = path.read_bytes()
+    for name, count in (("down", 8), ("gate_up", 9)):
+        desc = index_of(data)["layers"]["1"]["banks"][name]
+        row = desc["nbytes"] // desc["shape"][0]
+        for e in range(count):
+            pos = e * row + row // 3
+            data = patch_blob(data, desc, pos, bytes([data[desc["offset"] + pos] ^ 0x04]), reseal=True)
+            desc = index_of(data)["layers"]["1"]["banks"][name]
+    edited = tmp_path / "edited.ftw"
+    edited.write_bytes(data)
+    assert check(src, edited).layers[1].problems == [
+        "bank down: bytes of 8 of 10 experts differ from the source (experts 0-7)",
+        "bank gate_up: bytes of 9 of 10 experts differ from the source (experts 0-7, ...)"]
+
+
+# kills: compare_weights' result after a shape problem alone (None / True)
+def test_compare_weights_fails_on_a_shape_problem_alone():
+    from ftw.check import LayerResult, compare_weights
+
+    w = np.random.default_rng().standard_normal((4, 6))
+    r = LayerResult(0, "bf16")
+    assert compare_weights(r, 2, {"down": w[:3]}, {"down": w}, "x") is False
+    assert r.problems == ["expert 2 down: shape [3, 6] in the file, [4, 6] x"]
+
+
+def _edited_copy(tmp_path, path, edit):
+    from helpers_container import index_of, with_index
+
+    data = path.read_bytes()
+    ix = index_of(data)
+    edit(ix)
+    out = tmp_path / "edited.ftw"
+    out.write_bytes(with_index(data, ix))
+    return out
+
+
+# kills: step_decode without an independent reference (a reader that gives none): the note, the
+# reader's banks decoded (`or True`, decode_expert(None)), where a difference was found, the
+# expert named; with a reference, "decoded from the source's own tensors"
+@pytest.mark.parametrize("independent", [True, False])
+def test_check_decode_says_what_it_compared_with(check_sources, tmp_path, monkeypatch, independent):
+    from checking import check
+
+    import ftw.container
+
+    src, path = check_sources["qwen3"]
+    if not independent:
+        from ftw.readers.families import per_expert
+
+        monkeypatch.setattr(per_expert.reference, "per_expert", lambda *a, **k: None)
+    real = ftw.container.FtwFile.decode_expert
+
+    def decode_expert(self, layer, e):  # the file's decoder off by 1e-3 in expert 9's gate
+        w = real(self, layer, e)
+        if layer == 1 and e == 9:
+            w["gate"] = w["gate"] + 1e-3 * np.abs(w["gate"]).max()
+        return w
+
+    monkeypatch.setattr(ftw.container.FtwFile, "decode_expert", decode_expert)
+    report = check(src, path)
+    where = "decoded from the source's own tensors" if independent else "decoded from the reader's banks"
+    notes = [] if independent else ["no independent reference for this layout: compared with the reader's banks"]
+    assert report.layers[0].notes == notes and report.layers[0].ok and report.layers[0].experts_decoded == 3
+    assert report.layers[1].notes == notes and report.layers[1].experts_decoded == 2
+    [problem] = report.layers[1].problems
+    assert problem.startswith("expert 9 gate: max |error| ") and problem.endswith(where)
+
+
+# kills: a decode that cannot run (UnsupportedError: a note) or fails (FtwError: a problem):
+# their messages, `break` -> `return` (the next layers not decoded)
+@pytest.mark.parametrize("error", ["UnsupportedError", "FormatError"])
+def test_check_notes_an_undecodable_layer_and_decodes_the_next(check_sources, monkeypatch, error):
+    import ftw.errors
+    from checking import check
+
+    import ftw.container
+
+    src, path = check_sources["qwen3"]
+    real = ftw.container.FtwFile.decode_expert
+    exc = getattr(ftw.errors, error)
+
+    def decode_expert(self, layer, e):
+        if layer == 0:
+            raise exc("layer 0 cannot be decoded here")
+        return real(self, layer, e)
+
+    monkeypatch.setattr(ftw.container.FtwFile, "decode_expert", decode_expert)
+    report = check(src, path)
+    got = report.layers[0].notes if error == "UnsupportedError" else report.layers[0].problems
+    assert got == ["not decoded: layer 0 cannot be decoded here"]
+    assert report.layers[1].ok and report.layers[1].experts_decoded == 3
+
+
+# kills: step_tensors: `continue` -> `break` after a dtype/shape mismatch (the next tensors not
+# compared), the meta message's values, the bytes-differ message, the byte and attachment counts
+def test_check_tensors_and_attachments_are_all_compared_and_counted(check_sources, tmp_path):
+    from checking import check
+    from helpers_container import index_of, patch_blob
+
+    src, path = check_sources["qwen3"]
+    honest = check(src, path)
+    with ftw.open(path) as f:
+        assert honest.tensor_bytes_compared == sum(f.tensor(n).nbytes for n in f.tensors)
+        assert honest.tensors_compared == len(f.tensors) and honest.attachments_compared == len(f.attachments) == 3
+    data = path.read_bytes()
+    names = sorted(index_of(data)["tensors"])
+    last = index_of(data)["tensors"][names[-1]]
+    data = patch_blob(data, last, 1, bytes([data[last["offset"] + 1] ^ 0x40]), reseal=True)
+    edited = tmp_path / "t.ftw"
+    edited.write_bytes(data)
+
+    def edit(ix):
+        ix["tensors"][names[0]]["dtype"] = "f16"
+        ix["tensors"][names[1]]["meta"] = {"m": 1}
+
+    report = check(src, _edited_copy(tmp_path, edited, edit))
+    first = index_of(data)["tensors"][names[0]]
+    assert report.problems == [
+        f"tensor {names[0]}: source bf16 {first['shape']}, file f16 {first['shape']}",
+        f"tensor {names[1]}: meta {{'m': 1}} in the file, None in the source",
+        f"tensor {names[-1]}: bytes differ from the source"]
+
+
+# kills: the layers pre-filled with the source's format for a layer missing from the file (`&`,
+# None, the format key), the selection error's message, check on an open FtwFile (nullcontext),
+# its pread_only restored afterwards
+def test_check_fills_layers_from_both_sides_and_takes_an_open_file(check_sources, tmp_path):
+    from checking import check
+
+    src, path = check_sources["qwen3"]
+
+    def drop_layer_1(ix):
+        del ix["layers"]["1"], ix["layer_quant_formats"]["1"]
+
+    report = check(src, _edited_copy(tmp_path, path, drop_layer_1))
+    assert [(r.layer, r.format) for r in report.layers.values()] == [(0, "bf16"), (1, "bf16")]
+    assert report.layers[1].problems == ["in the source (and the file's selection), missing from the file"]
+
+    def claim_layer_5(ix):
+        ix["selection"] = {"layers": [5], "experts_only": False}
+
+    report = check(src, _edited_copy(tmp_path, path, claim_layer_5))
+    assert len(report.problems) == 1 and report.problems[0].startswith("selection: ") and "5" in report.problems[0]
+    with ftw.open(path) as f:
+        f.pread_only = True
+        report = check(src, f)
+        assert report.ok and report.file == f.path and f.pread_only is True
+
+
+# kills: selection_text's "none" (no layers in the file, none in the model), "--experts-only",
+# the separator and the suffix only when the conversion selected something
+def test_check_selection_text_names_what_was_converted(check_sources, tmp_path):
+    from ftw.check import selection_text
+
+    _, path = check_sources["qwen3"]
+    with ftw.open(path) as f:
+        assert selection_text(f, [0, 1]) == "layers 0-1 of 0-1"
+        assert selection_text(f, []) == "layers 0-1 of none"
+
+    def select(ix):
+        ix["selection"] = {"layers": [1], "experts_only": True}
+        del ix["layers"]["0"], ix["layer_quant_formats"]["0"]
+        ix["layers"].pop("1"), ix["layer_quant_formats"].pop("1")
+
+    with ftw.open(_edited_copy(tmp_path, path, select)) as f:
+        assert selection_text(f, [0, 1]) == "layers none of 0-1 (converted with --layers 1 --experts-only)"
+
+
+# kills: resolve_runtime's message and "auto" (cuda where a GPU is, else cpu)
+def test_resolve_runtime_names_the_choices_and_picks_auto():
+    from ftw.check import resolve_runtime
+    from ftw.runtime import cuda_device_count
+
+    assert [resolve_runtime(r) for r in ("none", "cpu", "cuda")] == ["none", "cpu", "cuda"]
+    assert resolve_runtime("auto") == ("cuda" if cuda_device_count() > 0 else "cpu")
+    with pytest.raises(FtwError, match=r"^--runtime 'gpu': expected one of none, cpu, cuda, auto$"):
+        resolve_runtime("gpu")
+
+
+# kills: the meta message's values (a GGUF tensor's meta: its ggml type and shape)
+def test_check_names_both_metas_of_a_gguf_tensor(tmp_path):
+    from checking import check
+    from helpers_container import index_of
+
+    from ftw.check import _short
+    from ftw.writers.convert import convert
+
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "gguf", "qwen3moe-Q4_K_M.gguf")
+    path = tmp_path / "g.ftw"
+    convert(src, path, layers=[1])
+    name = next(n for n, t in sorted(index_of(path.read_bytes())["tensors"].items()) if t.get("meta"))
+    meta = index_of(path.read_bytes())["tensors"][name]["meta"]
+    changed = {**meta, "ggml_shape": meta["ggml_shape"][::-1] + [7]}
+
+    def edit(ix):
+        ix["tensors"][name]["meta"] = changed
+
+    import ast
+
+    [problem] = check(src, _edited_copy(tmp_path, path, edit)).problems
+    assert problem.startswith(f"tensor {name}: meta {_short(changed)} in the file, ") and problem.endswith(" in the source")
+    assert ast.literal_eval(problem.split(" in the file, ")[1][: -len(" in the source")]) == meta
