@@ -561,6 +561,17 @@ __device__ __forceinline__ float magic_byte(uint32_t x, int k) {
 // the exact product, as ggml's d * q
 __device__ __forceinline__ float mul_magic(float f, float ds, float c) { return __fmaf_rn(f, ds, c); }
 
+// bytes 0..3 of x (< 2^8 each), each made a float by magic_byte and mapped by f, as the bf16
+// pairs (b0, b1), (b2, b3) into w[0], w[1]
+template <class F>
+__device__ __forceinline__ void byte_pairs(uint32_t x, F f, uint32_t* w) {
+    float y[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) y[b] = f(magic_byte(x, b));
+    w[0] = pack_bf16x2(y[0], y[1]);
+    w[1] = pack_bf16x2(y[2], y[3]);
+}
+
 // four IQ4 nibbles (bits 0..15 of s, low first) -> their levels + 128, a byte each, looked up in
 // the generated words with prmt (bit 3 of a nibble picks the upper eight levels)
 __device__ __forceinline__ uint32_t iq4_levels(uint32_t s) {
@@ -609,11 +620,7 @@ __device__ __forceinline__ void k_values(const uint32_t (&q)[8], float d1s, floa
     const float c = -d1s * kTwo23;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-        float y[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) y[b] = __fsub_rn(mul_magic(magic_byte(q[k], b), d1s, c), m1);
-        w[2 * k] = pack_bf16x2(y[0], y[1]);
-        w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+        byte_pairs(q[k], [&](float f) { return __fsub_rn(mul_magic(f, d1s, c), m1); }, w + 2 * k);
     }
 }
 
@@ -672,11 +679,7 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const uint32_t x = q[k] ^ 0x80808080u;  // q + 128
-            float y[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 128.0f), d);
-            w[2 * k] = pack_bf16x2(y[0], y[1]);
-            w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+            byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 128.0f), d); }, w + 2 * k);
         }
     }
 };
@@ -704,11 +707,7 @@ struct Fast<Q4_0> : Block18 {
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi) {  // values 4k.. (low nibbles), 16 + 4k.. (high)
                 const uint32_t x = (q[k] >> (4 * hi)) & 0x0F0F0F0Fu;
-                float y[4];
-#pragma unroll
-                for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 8.0f), d);
-                w[8 * hi + 2 * k] = pack_bf16x2(y[0], y[1]);
-                w[8 * hi + 2 * k + 1] = pack_bf16x2(y[2], y[3]);
+                byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 8.0f), d); }, w + 8 * hi + 2 * k);
             }
         }
     }
@@ -890,11 +889,7 @@ struct Fast<Q6_K> {
         for (int k = 0; k < 8; ++k) {
             const uint32_t x = ((ql[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x30303030u);
             const float dl = k < 4 ? dl0 : dl1;
-            float y[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 32.0f), dl);
-            w[2 * k] = pack_bf16x2(y[0], y[1]);
-            w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+            byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 32.0f), dl); }, w + 2 * k);
         }
     }
 };
@@ -935,11 +930,7 @@ struct Fast<Q2_K> {
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k) {
                 const uint32_t x = (raw.q[k] >> (2 * s)) & 0x03030303u;
-                float y[4];
-#pragma unroll
-                for (int b = 0; b < 4; ++b) y[b] = __fsub_rn(mul_magic(magic_byte(x, b), dl, c), ml);
-                w[2 * k] = pack_bf16x2(y[0], y[1]);
-                w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+                byte_pairs(x, [&](float f) { return __fsub_rn(mul_magic(f, dl, c), ml); }, w + 2 * k);
             }
         }
     }
@@ -985,11 +976,7 @@ struct Fast<Q3_K> {
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k) {
                 const uint32_t x = ((qs[k] >> (2 * s)) & 0x03030303u) | (__funnelshift_l(hm[k], hm[k], rot) & 0x04040404u);
-                float y[4];
-#pragma unroll
-                for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(x, b), kTwo23 + 4.0f), dl);
-                w[2 * k] = pack_bf16x2(y[0], y[1]);
-                w[2 * k + 1] = pack_bf16x2(y[2], y[3]);
+                byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 4.0f), dl); }, w + 2 * k);
             }
         }
     }
