@@ -1184,3 +1184,56 @@ def test_check_names_both_metas_of_a_gguf_tensor(tmp_path):
     [problem] = check(src, _edited_copy(tmp_path, path, edit)).problems
     assert problem.startswith(f"tensor {name}: meta {_short(changed)} in the file, ") and problem.endswith(" in the source")
     assert ast.literal_eval(problem.split(" in the file, ")[1][: -len(" in the source")]) == meta
+
+
+# --- writers/ftw_writer.py --------------------------------------------------------------------
+
+
+# kills: split_planes' generic path (items of 4 or 8 bytes; the writer itself splits only
+# 2-byte items, bench/bench_container.py any) and the 2-byte test inverted
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_split_planes_puts_byte_k_of_every_item_together(itemsize):
+    from ftw.writers.ftw_writer import split_planes
+
+    row = np.random.default_rng().integers(0, 256, 48 * itemsize, dtype=np.uint8)
+    got = split_planes(memoryview(row.tobytes()), itemsize)
+    want = np.concatenate([row[k::itemsize] for k in range(itemsize)])
+    assert got.dtype == np.uint8 and got.shape == want.shape and np.array_equal(got, want)
+
+
+# kills: FtwWriter.abort not closing its output stage (getattr mutated, the test inverted): the
+# stage's writer threads outlive the aborted file
+def test_an_aborted_writer_stops_its_output_threads(tmp_path):
+    import threading
+
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.writers import FtwWriter
+
+    def stage_threads():
+        return {t for t in threading.enumerate() if t.name.startswith("ftw-write")}
+
+    before = stage_threads()
+    n = 3 << 20  # 9 MiB in all: more than one 8 MiB stage, so a write is in flight
+    data = np.random.default_rng().integers(0, 256, (3, n), dtype=np.uint8)
+    with pytest.raises(ValueError, match="stop here"):
+        with FtwWriter(tmp_path / "m.ftw") as w:
+            w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), 3, lambda e: [data[e]])}))
+            assert stage_threads() - before
+            raise ValueError("stop here")
+    assert not (stage_threads() - before) and os.listdir(tmp_path) == []
+
+
+# kills: abort() reading `_sink` without a default: when the output stage cannot be made, the
+# writer's own error must come out (not an AttributeError from the cleanup), and no file stay
+def test_a_writer_whose_output_stage_fails_raises_that_error(tmp_path, monkeypatch):
+    import errno
+
+    from ftw.writers import FtwWriter, ftw_writer
+
+    def no_stage(file):
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    monkeypatch.setattr(ftw_writer, "Sink", no_stage)
+    with pytest.raises(OSError, match=os.strerror(errno.ENOMEM)):
+        FtwWriter(tmp_path / "m.ftw")
+    assert os.listdir(tmp_path) == []
