@@ -1237,3 +1237,16 @@ def test_a_writer_whose_output_stage_fails_raises_that_error(tmp_path, monkeypat
     with pytest.raises(OSError, match=os.strerror(errno.ENOMEM)):
         FtwWriter(tmp_path / "m.ftw")
     assert os.listdir(tmp_path) == []
+
+
+# kills: the message for an attachment the file has and the source does not
+def test_check_names_an_attachment_only_in_the_file(check_sources, tmp_path):
+    from checking import check
+
+    src, path = check_sources["qwen3"]
+
+    def add(ix):
+        ix["attachments"]["notes.txt"] = ix["attachments"].pop("config.json")
+
+    assert check(src, _edited_copy(tmp_path, path, add)).problems == [
+        "attachment config.json: in the source, missing from the file", "attachment notes.txt: in the file, not in the source"]
