@@ -1076,13 +1076,15 @@ def test_check_notes_an_undecodable_layer_and_decodes_the_next(check_sources, mo
 
 
 # kills: step_tensors: `continue` -> `break` after a dtype/shape mismatch (the next tensors not
-# compared), the meta message's values, the bytes-differ message, the byte and attachment counts
+# compared), the meta message's values, the bytes-differ message, the byte and attachment counts;
+# check's default strict=False
 def test_check_tensors_and_attachments_are_all_compared_and_counted(check_sources, tmp_path):
     from checking import check
     from helpers_container import index_of, patch_blob
 
     src, path = check_sources["qwen3"]
     honest = check(src, path)
+    assert honest.strict is False and honest.runtime == "none"  # the defaults
     with ftw.open(path) as f:
         assert honest.tensor_bytes_compared == sum(f.tensor(n).nbytes for n in f.tensors)
         assert honest.tensors_compared == len(f.tensors) and honest.attachments_compared == len(f.attachments) == 3
