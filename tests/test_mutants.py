@@ -1252,3 +1252,57 @@ def test_check_names_an_attachment_only_in_the_file(check_sources, tmp_path):
 
     assert check(src, _edited_copy(tmp_path, path, add)).problems == [
         "attachment config.json: in the source, missing from the file", "attachment notes.txt: in the file, not in the source"]
+
+
+# kills: add_tensor's messages: a tensor added twice (its kind), a tensor whose data has the
+# wrong size (the message and its shape)
+def test_writer_names_a_duplicate_or_wrongly_sized_tensor(tmp_path):
+    from ftw.banks import SourceTensor
+    from ftw.errors import SourceError
+    from ftw.writers import FtwWriter
+
+    a = np.random.default_rng().standard_normal(6).astype(np.float32)
+    with pytest.raises(FtwError, match=r"m\.ftw: tensor 'norm' added twice$"):
+        with FtwWriter(tmp_path / "m.ftw") as w:
+            w.add_tensor(SourceTensor("norm", "f32", (6,), lambda: a))
+            w.add_attachment("norm", b"an attachment may share the name")
+            w.add_tensor(SourceTensor("norm", "f32", (6,), lambda: a))
+    with pytest.raises(SourceError, match=r"^tensor short: 20 bytes, expected 24 for f32 \[2, 3\]$"):
+        with FtwWriter(tmp_path / "m.ftw") as w:
+            w.add_tensor(SourceTensor("short", "f32", (2, 3), lambda: a[:5]))
+    assert os.listdir(tmp_path) == []
+
+
+# kills: _compress_bank: the sample of the first rows deciding (not the whole bank), the level
+# ignored, the progress of compressed rows, the bank named in a bad row's error
+def test_compression_is_decided_on_the_first_rows_at_the_asked_level(tmp_path):
+    import zstandard
+
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.errors import SourceError
+    from ftw.writers import FtwWriter
+    from ftw.writers.ftw_writer import SAMPLE_ROWS
+
+    rng = np.random.default_rng()
+    E, n = 160, 2048  # 4 compressible rows of 160 save under 2% of the bank
+    rows = rng.integers(0, 256, (E, n), dtype=np.uint8)
+    rows[:SAMPLE_ROWS] = rng.integers(0, 4, (SAMPLE_ROWS, n), dtype=np.uint8)  # 2 bits of 8: compressible
+    seen = []
+    path = tmp_path / "m.ftw"
+    with FtwWriter(path, compress_level=1, progress=seen.append) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), E, lambda e: [rows[e]])}))
+    assert sum(seen) == rows.nbytes and all(isinstance(s, int) for s in seen)
+    with ftw.open(path) as f:
+        assert np.array_equal(f.bank(0, "gate_up"), rows)
+        desc = f.layers[0]["gate_up"]
+        assert desc.codec == "zstd"  # decided on the compressible first rows; the whole bank saves < 3%
+    from helpers_container import index_of
+
+    data = path.read_bytes()
+    d = index_of(data)["layers"]["0"]["banks"]["gate_up"]
+    table = np.frombuffer(data, "<u8", E + 1, d["row_table"]["offset"])
+    first = data[d["offset"] + int(table[0]) : d["offset"] + int(table[1])]
+    assert first == zstandard.ZstdCompressor(level=1, write_content_size=True).compress(rows[0].tobytes())
+    with pytest.raises(SourceError, match=r"^layer 0 bank down expert 1: row of"):
+        with FtwWriter(tmp_path / "bad.ftw", compress_level=3) as w:
+            w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"down": BankSource("u8", (n,), 2, lambda e: [rows[e, : n - e]])}))
