@@ -1121,6 +1121,16 @@ def test_check_fills_layers_from_both_sides_and_takes_an_open_file(check_sources
     report = check(src, _edited_copy(tmp_path, path, drop_layer_1))
     assert [(r.layer, r.format) for r in report.layers.values()] == [(0, "bf16"), (1, "bf16")]
     assert report.layers[1].problems == ["in the source (and the file's selection), missing from the file"]
+    from ftw.writers.convert import convert
+
+    fp8_src, fp8_path = check_sources["qwen3_fp8"]  # layer 0 fp8_block, layer 1 bf16
+    convert(fp8_src, fp8_path, force=True)
+
+    def drop_layer_0(ix):
+        del ix["layers"]["0"], ix["layer_quant_formats"]["0"]
+
+    report = check(fp8_src, _edited_copy(tmp_path, fp8_path, drop_layer_0))
+    assert [(r.layer, r.format) for r in report.layers.values()] == [(0, "fp8_block{block_size=[128, 128]}"), (1, "bf16")]
 
     def claim_layer_5(ix):
         ix["selection"] = {"layers": [5], "experts_only": False}
