@@ -1316,3 +1316,14 @@ def test_compression_is_decided_on_the_first_rows_at_the_asked_level(tmp_path):
     with pytest.raises(SourceError, match=r"^layer 0 bank down expert 1: row of"):
         with FtwWriter(tmp_path / "bad.ftw", compress_level=3) as w:
             w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"down": BankSource("u8", (n,), 2, lambda e: [rows[e, : n - e]])}))
+
+
+# kills: the seed not passed to the runtime step (its random tokens then differ between runs)
+def test_check_runtime_step_is_reproducible_with_a_seed(check_sources):
+    from checking import check
+
+    src, path = check_sources["qwen3"]
+    runs = [check(src, path, runtime="cpu", seed=11) for _ in range(2)]
+    assert all(r.ok for r in runs)
+    got = [[layer.runtime for layer in r.layers.values()] for r in runs]
+    assert got[0] == got[1] and got[0][0]["tokens"] > 0
