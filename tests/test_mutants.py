@@ -1264,8 +1264,9 @@ def test_check_names_an_attachment_only_in_the_file(check_sources, tmp_path):
         "attachment config.json: in the source, missing from the file", "attachment notes.txt: in the file, not in the source"]
 
 
-# kills: add_tensor's messages: a tensor added twice (its kind), a tensor whose data has the
-# wrong size (the message and its shape)
+# kills: the writer's messages: a tensor or attachment added twice (_unique: its kind, its
+# message, the name not recorded), a tensor whose data has the wrong size (the message and its
+# shape); a tensor's bytes reported to progress
 def test_writer_names_a_duplicate_or_wrongly_sized_tensor(tmp_path):
     from ftw.banks import SourceTensor
     from ftw.errors import SourceError
@@ -1277,6 +1278,15 @@ def test_writer_names_a_duplicate_or_wrongly_sized_tensor(tmp_path):
             w.add_tensor(SourceTensor("norm", "f32", (6,), lambda: a))
             w.add_attachment("norm", b"an attachment may share the name")
             w.add_tensor(SourceTensor("norm", "f32", (6,), lambda: a))
+    with pytest.raises(FtwError, match=r"m\.ftw: attachment 'a\.json' added twice$"):
+        with FtwWriter(tmp_path / "m.ftw") as w:
+            w.add_attachment("a.json", b"{}")
+            w.add_attachment("a.json", b"{}")
+    seen = []
+    with FtwWriter(tmp_path / "ok.ftw", progress=seen.append) as w:
+        w.add_tensor(SourceTensor("norm", "f32", (6,), lambda: a))
+    assert seen == [a.nbytes]
+    os.unlink(tmp_path / "ok.ftw")
     with pytest.raises(SourceError, match=r"^tensor short: 20 bytes, expected 24 for f32 \[2, 3\]$"):
         with FtwWriter(tmp_path / "m.ftw") as w:
             w.add_tensor(SourceTensor("short", "f32", (2, 3), lambda: a[:5]))
