@@ -1337,3 +1337,30 @@ def test_check_runtime_step_is_reproducible_with_a_seed(check_sources):
     assert all(r.ok for r in runs)
     got = [[layer.runtime for layer in r.layers.values()] for r in runs]
     assert got[0] == got[1] and got[0][0]["tokens"] > 0
+
+
+# kills: _finish's strict JSON (allow_nan dropped or True: a NaN would make an index no strict
+# JSON parser reads) and its message; the index cap (an index of exactly 64 MiB is written,
+# one byte more is refused, naming the size)
+def test_the_index_is_strict_json_within_the_cap(tmp_path):
+    from helpers_container import footer
+
+    from ftw.writers import FtwWriter
+
+    with pytest.raises(FtwError, match=r"m\.ftw: the index would hold a NaN or infinite number \(strict JSON has none\)$"):
+        with FtwWriter(tmp_path / "m.ftw") as w:
+            w.set_provenance({"scale": float(np.random.default_rng().random()) * float("nan")})
+    with FtwWriter(tmp_path / "base.ftw") as w:
+        w.set_provenance({"pad": ""})
+    base = footer((tmp_path / "base.ftw").read_bytes())["index_nbytes"]
+    pad = spec.MAX_INDEX_NBYTES - base
+    with FtwWriter(tmp_path / "cap.ftw") as w:
+        w.set_provenance({"pad": "p" * pad})
+    assert footer((tmp_path / "cap.ftw").read_bytes())["index_nbytes"] == spec.MAX_INDEX_NBYTES
+    with ftw.open(tmp_path / "cap.ftw") as f:
+        assert len(f.provenance["pad"]) == pad
+    os.unlink(tmp_path / "cap.ftw")
+    with pytest.raises(FtwError, match=rf"over\.ftw: index of {spec.MAX_INDEX_NBYTES + 1} bytes exceeds the format's cap$"):
+        with FtwWriter(tmp_path / "over.ftw") as w:
+            w.set_provenance({"pad": "p" * (pad + 1)})
+    assert sorted(os.listdir(tmp_path)) == ["base.ftw"]
