@@ -1294,7 +1294,7 @@ def test_writer_names_a_duplicate_or_wrongly_sized_tensor(tmp_path):
 
 
 # kills: _compress_bank: the sample of the first rows deciding (not the whole bank), the level
-# ignored, the progress of compressed rows, the bank named in a bad row's error
+# ignored, the progress of compressed rows (and of raw ones), the bank named in a bad row's error
 def test_compression_is_decided_on_the_first_rows_at_the_asked_level(tmp_path):
     import zstandard
 
@@ -1323,6 +1323,10 @@ def test_compression_is_decided_on_the_first_rows_at_the_asked_level(tmp_path):
     table = np.frombuffer(data, "<u8", E + 1, d["row_table"]["offset"])
     first = data[d["offset"] + int(table[0]) : d["offset"] + int(table[1])]
     assert first == zstandard.ZstdCompressor(level=1, write_content_size=True).compress(rows[0].tobytes())
+    seen.clear()
+    with FtwWriter(tmp_path / "raw.ftw", progress=seen.append) as w:  # no compression: raw rows
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), E, lambda e: [rows[e]])}))
+    assert seen == [n] * E
     with pytest.raises(SourceError, match=r"^layer 0 bank down expert 1: row of"):
         with FtwWriter(tmp_path / "bad.ftw", compress_level=3) as w:
             w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"down": BankSource("u8", (n,), 2, lambda e: [rows[e, : n - e]])}))
@@ -1340,7 +1344,7 @@ def test_check_runtime_step_is_reproducible_with_a_seed(check_sources):
 
 
 # kills: _finish's strict JSON (allow_nan dropped or True: a NaN would make an index no strict
-# JSON parser reads) and its message; the index cap (an index of exactly 64 MiB is written,
+# JSON parser reads) and its message; the footer's flags written as zero; the index cap (an index of exactly 64 MiB is written,
 # one byte more is refused, naming the size)
 def test_the_index_is_strict_json_within_the_cap(tmp_path):
     from helpers_container import footer
@@ -1352,6 +1356,7 @@ def test_the_index_is_strict_json_within_the_cap(tmp_path):
             w.set_provenance({"scale": float(np.random.default_rng().random()) * float("nan")})
     with FtwWriter(tmp_path / "base.ftw") as w:
         w.set_provenance({"pad": ""})
+    assert footer((tmp_path / "base.ftw").read_bytes())["flags"] == 0  # docs/FORMAT.md: written as zero
     base = footer((tmp_path / "base.ftw").read_bytes())["index_nbytes"]
     pad = spec.MAX_INDEX_NBYTES - base
     with FtwWriter(tmp_path / "cap.ftw") as w:
