@@ -1369,3 +1369,21 @@ def test_the_index_is_strict_json_within_the_cap(tmp_path):
         with FtwWriter(tmp_path / "over.ftw") as w:
             w.set_provenance({"pad": "p" * (pad + 1)})
     assert sorted(os.listdir(tmp_path)) == ["base.ftw"]
+
+
+# kills: check 83 (the file not switched to pread for the check: a file cut short mid-check
+# would fault on its memory map instead of raising); also that check gives the caller's open
+# file back in the mode it came in
+def test_check_reads_the_file_with_pread_and_restores_the_callers_mode(check_sources):
+    from checking import check
+
+    src, path = check_sources["qwen3"]
+    with ftw.open(path) as f:
+        modes = []
+        report = check(src, f, progress=lambda n=0, layers=0: modes.append(f.pread_only))
+        assert report.ok, report.all_problems()
+        assert modes and all(modes)  # every step ran with pread
+        assert f.pread_only is False
+        f.pread_only = True
+        check(src, f)
+        assert f.pread_only is True
