@@ -875,15 +875,9 @@ def test_check_model_messages_show_both_values_cut_to_80_characters(check_source
 # it is filed under
 def test_check_files_a_layer_outside_the_selection_under_that_layer(check_sources, tmp_path):
     from checking import check
-    from helpers_container import index_of, with_index
 
     src, path = check_sources["qwen3"]
-    data = path.read_bytes()
-    ix = index_of(data)
-    ix["selection"] = {"layers": [1], "experts_only": False}
-    edited = tmp_path / "edited.ftw"
-    edited.write_bytes(with_index(data, ix))
-    report = check(src, edited)
+    report = check(src, _edited_copy(tmp_path, path, _select_layer_1))
     layer_problems = [p for p in report.all_problems() if p.startswith("layer ")]
     assert layer_problems == [f"layer 0: in the file, not in the source's selection ({report.selection})"]
 
@@ -955,14 +949,9 @@ def test_check_report_to_json_carries_every_field(check_sources, tmp_path):
     import json
 
     from checking import check
-    from helpers_container import index_of, with_index
 
     src, path = check_sources["qwen3"]
-    data = path.read_bytes()
-    ix = index_of(data)
-    ix["selection"] = {"layers": [1], "experts_only": False}
-    edited = tmp_path / "edited.ftw"
-    edited.write_bytes(with_index(data, ix))
+    edited = _edited_copy(tmp_path, path, _select_layer_1)
     report = check(src, edited, strict=True)
     j = json.loads(json.dumps(report.to_json()))
     assert j == {
@@ -1005,6 +994,10 @@ def test_compare_weights_fails_on_a_shape_problem_alone():
     r = LayerResult(0, "bf16")
     assert compare_weights(r, 2, {"down": w[:3]}, {"down": w}, "x") is False
     assert r.problems == ["expert 2 down: shape [3, 6] in the file, [4, 6] x"]
+
+
+def _select_layer_1(ix):  # the file claims it was converted with --layers 1 (it holds 0 and 1)
+    ix["selection"] = {"layers": [1], "experts_only": False}
 
 
 def _edited_copy(tmp_path, path, edit):
