@@ -135,6 +135,20 @@ struct has_order_x : std::false_type {};
 template <class D>
 struct has_order_x<D, std::void_t<decltype(&D::order_x)>> : std::true_type {};
 
+// Row r of a projection dotted with x through the decoder's chunks: the fallback of a fused
+// dot_row for the layouts its vector path cannot step through.
+template <class Dec>
+float dot_row_by_chunks(const Dec& dec, const typename Dec::Ctx& c, int64_t r, const float* x, int64_t K) {
+    alignas(64) float buf[kChunk];
+    float sum = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+        const int64_t n = K - k0 < kChunk ? K - k0 : kChunk;
+        dec.decode(c, r, k0, n, buf);
+        sum += dot(buf, x + k0, n);
+    }
+    return sum;
+}
+
 template <class Dec>
 void matmul_by_chunks(const Dec& dec, const LayerBanks& L, const MatmulArgs& a) {
     const int64_t K = a.proj == Proj::GateUp ? L.H : L.I;

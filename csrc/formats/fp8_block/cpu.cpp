@@ -41,14 +41,7 @@ struct Fp8BlockDecoder {
 
     float dot_row(const Ctx& c, int64_t r, const float* x, int64_t K) const {
         if (bi % 16 || K % 16) {  // blocks the vector kernel cannot step through: chunk by chunk
-            alignas(64) float buf[kChunk];
-            float sum = 0.0f;
-            for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
-                const int64_t n = std::min(kChunk, K - k0);
-                decode(c, r, k0, n, buf);
-                sum += dot(buf, x + k0, n);
-            }
-            return sum;
+            return dot_row_by_chunks(*this, c, r, x, K);
         }
         const int64_t srow = !c.gate_up || r < c.I ? r / bo : cdiv(c.I, bo) + (r - c.I) / bo;
         float scale[256];
