@@ -1380,3 +1380,109 @@ def test_check_reads_the_file_with_pread_and_restores_the_callers_mode(check_sou
         f.pread_only = True
         check(src, f)
         assert f.pread_only is True
+
+
+def _mapped_file(path, data: bytes):
+    """A FileMap of a new file holding `data`, as the readers map their sources."""
+    from ftw.mapped import FileMap
+
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return FileMap(fd, str(path))
+    finally:
+        os.close(fd)
+
+
+# kills: _write_chunk 20 (a run of source bytes extended by a chunk of ANOTHER file that starts
+# where the run ends in its own file) and 23 (a run extended by a chunk of the same file at
+# offset 2 x the run's length, not adjacent): both copy the wrong bytes. The layouts line up
+# on purpose: rows of two shards at the same offsets, gate then up at a gap of one tensor
+def test_source_runs_join_only_adjacent_bytes_of_one_file(tmp_path):
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.writers import FtwWriter
+
+    H, I = 40, 30  # noqa: E741
+    L, M = 2 * I * H, H * I  # bytes of one piece: half a gate_up row (bf16), half a down row
+    rng = np.random.default_rng()
+    a_bytes = rng.integers(0, 256, 3 * L, dtype=np.uint8)
+    b_bytes = rng.integers(0, 256, 3 * L, dtype=np.uint8)
+    a = np.frombuffer(_mapped_file(tmp_path / "a.bin", a_bytes.tobytes()), dtype=np.uint8)
+    b = np.frombuffer(_mapped_file(tmp_path / "b.bin", b_bytes.tobytes()), dtype=np.uint8)
+    rows = {
+        # a's run [0, L), then b's [L, 2L): b's chunk starts where a's run ends
+        "gate_up": BankSource("bf16", (2 * I, H), 1, lambda e: [a[:L], b[L : 2 * L]]),
+        # a's run [0, M), then a's [2M, 3M): 2M is the run's length doubled, not its end
+        "down": BankSource("bf16", (H, I), 1, lambda e: [a[:M], a[2 * M : 3 * M]]),
+    }
+    path = tmp_path / "m.ftw"
+    with FtwWriter(path) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), rows))
+    with ftw.open(path) as f:
+        got = {k: f.bank(0, k).reshape(-1).view(np.uint8) for k in rows}
+        assert np.array_equal(got["gate_up"], np.concatenate([a_bytes[:L], b_bytes[L : 2 * L]]))
+        assert np.array_equal(got["down"], np.concatenate([a_bytes[:M], a_bytes[2 * M : 3 * M]]))
+        f.verify()
+
+
+CUT_AFTER_A_ROWS_READ = """
+import os, sys
+import numpy as np
+from ftw import mapped
+from ftw.banks import BankSource, LayerBanks
+from ftw.errors import SourceError
+from ftw.formats import LayerFormat
+from ftw.writers import FtwWriter
+
+src, dst, E, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+fd = os.open(src, os.O_RDONLY)
+rows = np.frombuffer(mapped.FileMap(fd, src), dtype=np.uint8).reshape(E, n)
+os.close(fd)
+real_read_span = mapped.read_span
+
+def read_span_then_cut(view):  # the source is cut short just after the first row's pread
+    out = real_read_span(view)
+    os.truncate(src, 0)
+    return out
+
+mapped.read_span = read_span_then_cut
+try:
+    with FtwWriter(dst, compress_level=3, threads=1) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), E, lambda e: [rows[e]])}))
+except SourceError as e:
+    print("SourceError", e)
+    sys.exit(3)
+print("written")
+"""
+
+
+# kills: _compress_bank 11 (a row compressed from its memory map, not from the bytes pread
+# just read): the source cut short between the two reads is then a SIGBUS in the compressor,
+# not a SourceError naming the file at the next row's pread. The cut comes from a stand-in
+# read_span (the real one, then truncate), which makes that race happen every time; it runs
+# in a child, so a signal death is a return code. The same bank is first compressed from a
+# map in this process, so that mutmut knows the test reaches _compress_bank
+def test_compression_reads_source_rows_with_pread(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.writers import FtwWriter
+
+    E, n = 6, 4096
+    data = np.random.default_rng().integers(0, 4, (E, n), dtype=np.uint8)  # 2 bits of 8: worth compressing
+    rows = np.frombuffer(_mapped_file(tmp_path / "src.bin", data.tobytes()), dtype=np.uint8).reshape(E, n)
+    with FtwWriter(tmp_path / "m.ftw", compress_level=3) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), E, lambda e: [rows[e]])}))
+    with ftw.open(tmp_path / "m.ftw") as f:
+        assert f.layers[0]["gate_up"].codec == "zstd"
+        assert np.array_equal(f.bank(0, "gate_up"), data)
+    out = tmp_path / "out"
+    out.mkdir()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(CUT_AFTER_A_ROWS_READ), str(tmp_path / "src.bin"),
+                        str(out / "x.ftw"), str(E), str(n)], capture_output=True, text=True, cwd=root, timeout=120)
+    assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)  # -7 would be SIGBUS
+    assert p.stdout.startswith(f"SourceError {tmp_path / 'src.bin'}: file shrank"), p.stdout
+    assert os.listdir(out) == []
