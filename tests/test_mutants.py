@@ -1486,3 +1486,149 @@ def test_compression_reads_source_rows_with_pread(tmp_path):
     assert p.returncode == 3, (p.returncode, p.stdout, p.stderr)  # -7 would be SIGBUS
     assert p.stdout.startswith(f"SourceError {tmp_path / 'src.bin'}: file shrank"), p.stdout
     assert os.listdir(out) == []
+
+
+# -- ftw/container.py ------------------------------------------------------------------------
+
+
+# kills: FtwFile.blob_bytes 1, 2 (a public method nothing in ftw calls: every blob's bytes, which
+# hash to its checksum); read_row_into 10-13 (a raw row read with pread_only: its offset and
+# the destination passed on)
+def test_blob_bytes_and_raw_rows_read_with_pread_are_the_files_bytes(tmp_path):
+    import xxhash
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    exp = write_sample(path, np.random.default_rng())
+    data = path.read_bytes()
+    with ftw.open(path) as f:
+        labels = []
+        for label, blob in f.blobs():
+            got = f.blob_bytes(blob)
+            assert bytes(got) == data[blob.offset : blob.offset + blob.nbytes], label
+            assert xxhash.xxh3_64_hexdigest(got) == blob.xxh3, label
+            labels.append(label)
+        assert "attachment tokenizer.model" in labels and "layer 3 bank down_global" in labels
+        f.pread_only = True
+        for (layer, name), arr in exp.banks.items():
+            info = f.layers[layer][name]
+            assert info.codec == "raw"
+            for e in range(info.num_experts):
+                out = np.full(info.row_nbytes, 0xA5, np.uint8)
+                f.read_row_into(info, e, out)
+                assert np.array_equal(out, arr[e].reshape(-1).view(np.uint8)), (layer, name, e)
+
+
+# kills: _decode_rows 36, 37, 41, 42 (the frame pass of verify: a file cut short under it is a
+# FormatError naming the file, the right error class, not a SourceError or a TypeError) and 48,
+# 52 (the frame decoded is the one pread just read, not one fetched again through the map).
+# The file is cut right after the frame pass's first pread (a stand-in read_exact: the real
+# one, then truncate): that frame still decodes from the bytes read, the next read names its
+# offset; read again through the map, the first frame meets the map's own size check instead
+def test_verify_decodes_the_frames_it_read_and_names_a_cut_files_offset(tmp_path, monkeypatch):
+    from ftw import container
+    from ftw.errors import FormatError
+    from helpers_container import index_of, write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng(), level=3)
+    data = path.read_bytes()
+    with ftw.open(path) as f:
+        compressed = [b for banks in f.layers.values() for b in banks.values() if b.row_table is not None]
+        for b in compressed:
+            f.bank(b.layer, b.name)  # reads and caches its row table: the cut hits frames only
+        first = compressed[0]  # verify's first frame task
+        d = index_of(data)["layers"][str(first.layer)]["banks"][first.name]["row_table"]
+        table = np.frombuffer(data, "<u8", first.num_experts + 1, d["offset"])
+        total = sum(b.nbytes for _, b in f.blobs())
+        seen, frames = [0], []
+        real_read_exact = container.read_exact
+
+        def read_then_cut(fd, dst, offset, *args, **kwargs):
+            real_read_exact(fd, dst, offset, *args, **kwargs)
+            if seen[0] == total:  # the checksum pass is over: this is the first frame's read
+                frames.append(offset)
+                os.truncate(path, 0)
+
+        monkeypatch.setattr(container, "read_exact", read_then_cut)
+        second = first.blob.offset + int(table[1])
+        with pytest.raises(FormatError, match=rf"^{path}: file shrank while being read \(no bytes at offset {second}\)$"):
+            f.verify(threads=1, progress=lambda n: seen.__setitem__(0, seen[0] + n))
+        assert frames == [first.blob.offset]
+
+
+def _zstd_frame(fhd: int, header_rest: bytes, blocks: list[tuple[int, int, bytes]], checksum: bool = False) -> bytes:
+    """A zstd frame put together by hand (RFC 8878): magic, frame header descriptor, the rest
+    of the header, blocks (last flag, block type, stored bytes; the header's size is the
+    stored length, or the run length given as the payload's length for RLE blocks)."""
+    out = b"\x28\xb5\x2f\xfd" + bytes([fhd]) + header_rest
+    for last, kind, payload in blocks:
+        size = len(payload)
+        stored = payload[:1] if kind == 1 else payload
+        out += (last | kind << 1 | size << 3).to_bytes(3, "little") + stored
+    return out + (b"\x11\x22\x33\x44" if checksum else b"")
+
+
+# kills: _zstd_frame_nbytes 4-6, 10, 12, 15, 18-23, 36, 37, 39, 43-46, 51, 53, 56: the stored
+# size of a frame from its block headers: a content checksum (4 bytes after the last block)
+# counted only where the descriptor says so (not for a dictionary id flag), RLE blocks storing
+# one byte, a reserved block type refused, a frame whose next block header is cut short, an
+# empty last block ending the frame exactly, and the messages
+def test_zstd_frame_sizes_come_from_the_block_headers():
+    import zstandard
+
+    from ftw.container import _zstd_frame_nbytes
+
+    rng = np.random.default_rng()
+    raw = rng.integers(0, 256, 37, dtype=np.uint8).tobytes()
+    run = bytes([int(rng.integers(1, 256))]) * 1000
+    single_segment, has_checksum, dict_id_1_byte = 0x20, 0x04, 0x01
+    cases = {
+        # header: [dictionary id (1 byte)], content size (1 byte, single segment)
+        "dictionary id, no checksum": _zstd_frame(single_segment | dict_id_1_byte, b"\x07\x80", [(1, 0, raw)]),
+        "checksum": _zstd_frame(single_segment | has_checksum, b"\x80", [(1, 0, raw)], checksum=True),
+        "rle then raw": _zstd_frame(single_segment, b"\x80", [(0, 1, run), (1, 0, raw)]),
+        "raw then rle": _zstd_frame(single_segment | has_checksum, b"\x80", [(0, 0, raw), (1, 1, run)], checksum=True),
+        "empty input": zstandard.ZstdCompressor(write_content_size=True).compress(b""),
+        "zstd's own, with checksum": zstandard.ZstdCompressor(write_checksum=True).compress(run * 300),
+    }
+    for what, frame in cases.items():  # with or without bytes after it
+        assert _zstd_frame_nbytes(memoryview(frame)) == len(frame), what
+        assert _zstd_frame_nbytes(memoryview(frame + b"\xff" * 9)) == len(frame), what
+    assert len(cases["empty input"]) == 9  # its one empty last block ends the frame exactly
+    with pytest.raises(ValueError, match=r"^reserved block type$"):
+        _zstd_frame_nbytes(memoryview(_zstd_frame(single_segment, b"\x80", [(0, 0, raw), (1, 3, raw)])))
+    # a block that is not the last, then one byte: the next header is cut short (that byte
+    # alone would read as an empty last block)
+    with pytest.raises(ValueError, match=r"^frame cut short$"):
+        _zstd_frame_nbytes(memoryview(_zstd_frame(single_segment, b"\x80", [(0, 0, raw)]) + b"\x01"))
+    with pytest.raises(ValueError, match=r"^not a zstd frame \(skippable frames and others are not rows\)$"):
+        _zstd_frame_nbytes(memoryview(b"\x50\x2a\x4d\x18" + b"\x00" * 12))  # a skippable frame
+
+
+# kills: _join_planes 8, 31-39 (byte planes of 1-, 4- and 8-byte items: docs/FORMAT.md defines
+# zstd-bytesplit for any item size, though this writer uses it only for 2-byte items). The file
+# is written with plain zstd rows that ARE the byte planes, then relabelled zstd-bytesplit
+@pytest.mark.parametrize("dtype", ["u8", "f32", "f64"])
+def test_bytesplit_rows_of_any_item_size_read_back(tmp_path, dtype):
+    from helpers_container import index_of, with_index
+
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.writers import FtwWriter
+    from ftw.writers.ftw_writer import split_planes
+
+    E, n = 5, 3000
+    npd = spec.numpy_dtype(dtype)
+    rows = np.random.default_rng().integers(1, 5, (E, n)).astype(npd)  # few values: compressible
+    planes = np.stack([split_planes(memoryview(r.tobytes()), npd.itemsize).view(npd) for r in rows])
+    path = tmp_path / "m.ftw"
+    with FtwWriter(path, compress_level=3) as w:
+        w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource(dtype, (n,), E, lambda e: [planes[e]])}))
+    data = path.read_bytes()
+    ix = index_of(data)
+    assert ix["layers"]["0"]["banks"]["gate_up"]["codec"] == "zstd"
+    ix["layers"]["0"]["banks"]["gate_up"]["codec"] = "zstd-bytesplit"
+    path.write_bytes(with_index(data, ix))
+    with ftw.open(path) as f:
+        assert np.array_equal(f.bank(0, "gate_up"), rows)
+        assert np.array_equal(f.expert_row(0, "gate_up", E - 1), rows[E - 1])
