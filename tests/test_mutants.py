@@ -1632,3 +1632,43 @@ def test_bytesplit_rows_of_any_item_size_read_back(tmp_path, dtype):
     with ftw.open(path) as f:
         assert np.array_equal(f.bank(0, "gate_up"), rows)
         assert np.array_equal(f.expert_row(0, "gate_up", E - 1), rows[E - 1])
+
+
+# kills: read_into 4 (a destination of more than one dimension read as its first dimension's
+# rows), 8-11 (the bounds: a read at offset 0 is allowed, a negative offset or one past the end
+# refused with a FormatError naming the range, not an OSError or a short read)
+def test_read_into_takes_any_contiguous_destination_within_the_file(tmp_path):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+    data = path.read_bytes()
+    with ftw.open(path) as f:
+        head = np.full(8, 0xA5, np.uint8)
+        f.read_into(0, head)
+        assert head.tobytes() == data[:8]
+        tail = np.full((3, 2), -1.5, np.float32)  # 24 bytes in 2 dimensions
+        f.read_into(f.size - 24, tail)
+        assert tail.tobytes() == data[-24:]
+        with pytest.raises(FormatError, match=rf"^{path}: read of \[-1, 7\) past the end of the file$"):
+            f.read_into(-1, head)
+        with pytest.raises(FormatError, match=rf"^{path}: read of \[{f.size - 4}, {f.size + 4}\) past the end of the file$"):
+            f.read_into(f.size - 4, head)
+        with pytest.raises(FormatError, match=rf"^{path}: read of \[{f.size - 8}, {f.size + 16}\) past the end of the file$"):
+            f.read_into(f.size - 8, tail)  # its bytes, not its 3 rows, run past the end
+
+
+# kills: _row_table 15, 16, 20, 21: a compressed bank's row table read from a file cut short
+# since it was opened is a FormatError naming the file and the table's offset
+def test_a_row_table_cut_off_is_a_format_error_naming_its_offset(tmp_path):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng(), level=3)
+    with ftw.open(path) as f:
+        b = next(b for banks in f.layers.values() for b in banks.values() if b.row_table is not None)
+        os.truncate(path, b.row_table.offset)
+        with pytest.raises(FormatError, match=rf"^{path}: file shrank while being read \(no bytes at offset {b.row_table.offset}\)$"):
+            f.row_frame(b, 0)
