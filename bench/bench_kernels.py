@@ -54,7 +54,6 @@ K = 8
 L2_BYTES = 60 << 20
 # decode kernels other than the default, selected by environment (csrc/cuda/experts_kernels.cuh)
 VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (register-fed) for every format
-            "bf16mma": {"FTW_CUDA_F16": "0"},  # fp8_block: experts_decode on bf16 tensor cores, not f16
             "staged": {"FTW_CUDA_DECODE": "staged"},  # experts_decode_staged for every format
             "nopdl": {"FTW_CUDA_PDL": "0"},  # staged phase 1 launched after phase 0 completes
             # gguf (csrc/formats/gguf/cuda.cu): every type with a decoder of its own one way

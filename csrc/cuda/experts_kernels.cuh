@@ -153,33 +153,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The f16 tensor-core path (decoders with decode_f16, experts_decode): same fragments, f16 in.
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four e4m3fn bytes -> two f16x2, (v0, v1) and (v2, v3): exact (every e4m3 value is an f16), one
-// hardware conversion per two values (sm_89+). 0x7F/0xFF (NaN) give NaN.
-__device__ __forceinline__ void e4m3x4_f16(uint32_t q, uint32_t& lo, uint32_t& hi) {
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
-        : "=r"(lo), "=r"(hi)
-        : "r"(q));
-}
-
-// bf16x2 x -> f16x2 of x * 2^c, m2 = bf16x2 (2^c, 2^c): exact for |x| 2^c in the f16 normal range
-// (the bf16 product is exact, and a bf16 value there has at most 8 of f16's 11 significant bits).
-__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x, uint32_t m2) {
-    const uint32_t t = hmul2(x, m2);
-    uint32_t h;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(__uint_as_float(t & 0xFFFF0000u)), "f"(__uint_as_float(t << 16)));
-    return h;
-}
-
 __device__ __forceinline__ const uint8_t* bank_row(const KernelParams& p, int bank, int slot) {
     return p.bank[bank] + int64_t(slot) * p.row_bytes[bank];
 }
@@ -237,10 +210,6 @@ __device__ __forceinline__ void add_down_row(const KernelParams& p, int pair, in
 //                                to each chunk's partial sums (fp8_block), read through
 //   ChunkRow chunk_row(p, proj, slot, r)   where row r's scales start (once per row), and
 //   chunk_scale(p, proj, crow, c)          the scale of its chunk c (values 64c .. 64c + 63)
-//   decode_f16(raw, w[VEC/2])    optional: the values decode() emits, as f16 pairs in stored
-//                                order (v0, v1), (v2, v3), ... (so no permute), for decoders
-//                                whose values are exact in f16 (fp8_block); experts_decode then
-//                                runs the f16 mma, x converted per lane (see F16Of below)
 constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
@@ -319,76 +288,15 @@ struct ChunkRowOf<Dec, false> {
     using type = int;
 };
 
-// Decoders with decode_f16. Their values are exact in f16 and the f16 conversion of e4m3 is one
-// instruction per two values (cvt.rn.f16x2.e4m3x2) against ~4.5 integer and bf16 ones to bf16.
-// x (bf16) does not fit f16's range, so experts_decode scales each pair's x by a power of two
-// 2^c chosen from that row's largest |x| (pair_scales: largest * 2^c < 2^15) before converting it
-// per lane (one bf16 multiply and one conversion per two values, shared by the lane's two rows),
-// and multiplies that pair's sums by 2^-c: exact for every x within 2^-29 of the row's largest
-// (smaller ones keep f16-subnormal absolute precision, 2^-39 of the largest). FTW_CUDA_F16=0
-// runs the bf16 path instead (benchmarks compare them in one run).
-template <class Dec>
-struct F16Of {
-    template <class D>
-    static constexpr bool test(decltype(&D::decode_f16)) { return true; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<Dec>(nullptr);
-};
-
-// Each pair's x scale for the f16 path: s_xmul[q] = bf16x2 (2^c, 2^c) and s_xinv[q] = 2^-c for
-// the tile's pair q, from the largest |x| of its row (x for phase 0, act for phase 1). Every
-// thread of the block calls it (it synchronises).
-template <int PH>
-__device__ void pair_scales(const KernelParams& p, const Tile& tile, uint32_t* s_xmul, float* s_xinv,
-                            unsigned* s_max) {
-    const int in = PH == 0 ? p.H : p.I, nv = in / 8;  // 16-byte pieces per row (in % 16 == 0)
-    const int tid = threadIdx.x;
-    if (tid < 8) s_max[tid] = 0u;
-    __syncthreads();
-    uint32_t m[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-    for (int i = tid; i < tile.count * nv; i += blockDim.x) {
-        const int q = i / nv, k = i - q * nv;
-        const int pair = tile.pairs[q];
-        const uint4* src = reinterpret_cast<const uint4*>(PH == 0 ? p.x + int64_t(pair / p.K) * p.H
-                                                                  : p.act + int64_t(pair) * p.I);
-        const uint4 v = __ldg(src + k);  // bf16 magnitudes order as their bits: max on the bits
-        const uint32_t mv = __vmaxu2(__vmaxu2(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu),
-                                     __vmaxu2(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu));
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if (j == q) m[j] = __vmaxu2(m[j], mv);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        if (j >= tile.count) break;  // block-uniform
-        const uint32_t w = __reduce_max_sync(0xFFFFFFFFu, max(m[j] & 0xFFFFu, m[j] >> 16));
-        if ((tid & 31) == 0) atomicMax(&s_max[j], w);
-    }
-    __syncthreads();
-    if (tid < 8) {
-        // largest < 2^(E + 1), E its exponent: x * 2^c < 2^15 for c = 14 - E (a zero row: E = 0;
-        // inf or NaN stay so); c within 2^-114 .. 2^126, both bf16 and float32 normals
-        const int e = int(s_max[tid] >> 7) - 127;
-        const int c = min(max(14 - (s_max[tid] == 0u ? 0 : e), -114), 126);
-        const uint32_t b = uint32_t(c + 127) << 7;
-        s_xmul[tid] = b | (b << 16);
-        s_xinv[tid] = __uint_as_float(uint32_t(127 - c) << 23);
-    }
-    __syncthreads();
-}
-
 // Decode (T <= 8): the weights are the M side of the mma (16 rows: lane group g reads rows g and
 // g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
 // 16 rows; KS warps split the input dimension; each lane keeps D units of weights and x in flight.
 // PH 0 tiles pair gate row j (row g) with up row j (row g + 8), so a lane holds both for its j.
 
 // One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
-// F16: the f16 path (decode_f16, x scaled per pair: F16Of); s_x* are pair_scales' shared arrays.
-template <class Dec, int PH, int NT, bool F16>
+template <class Dec, int PH, int NT>
 __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
-                                              float (&red)[kMaxKSplit - 1][NT * 4][32], uint32_t* s_xmul,
-                                              float* s_xinv, unsigned* s_max) {
+                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
@@ -452,11 +360,6 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
     };
 #pragma unroll
     for (int d = 0; d < D; ++d) fetch(ks + d * KS, ring[d]);
-    uint32_t xmul = 0u;  // f16 path: bf16x2 2^c of this lane's pair (loaded while the units fly)
-    if constexpr (F16) {
-        pair_scales<PH>(p, tile, s_xmul, s_xinv, s_max);
-        xmul = s_xmul[g & 7];
-    }
 
     for (int c0 = ks; c0 < nchunks; c0 += D * KS) {
 #pragma unroll
@@ -469,31 +372,17 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 #pragma unroll
             for (int i = 0; i < NX; ++i)
                 xr[4 * i] = cur.x[i].x, xr[4 * i + 1] = cur.x[i].y, xr[4 * i + 2] = cur.x[i].z, xr[4 * i + 3] = cur.x[i].w;
-            if constexpr (F16) {
-#pragma unroll
-                for (int i = 0; i < NR; ++i) xa[i] = bf16x2_to_f16x2(xr[i], xmul);
-            } else {
-                Dec::permute(xr, xa);
-            }
+            Dec::permute(xr, xa);
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 uint32_t wa[NR], wb[NR];
+                Dec::decode(cur.w[n][0], wa);
+                Dec::decode(cur.w[n][1], wb);
                 float part[4] = {0.f, 0.f, 0.f, 0.f};
-                if constexpr (F16) {
-                    Dec::decode_f16(cur.w[n][0], wa);
-                    Dec::decode_f16(cur.w[n][1], wb);
 #pragma unroll
-                    for (int s = 0; s < V / 4; ++s)
-                        mma_f16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                xa[2 * s + 1]);
-                } else {
-                    Dec::decode(cur.w[n][0], wa);
-                    Dec::decode(cur.w[n][1], wb);
-#pragma unroll
-                    for (int s = 0; s < V / 4; ++s)
-                        mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                 xa[2 * s + 1]);
-                }
+                for (int s = 0; s < V / 4; ++s)
+                    mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                             xa[2 * s + 1]);
                 if constexpr (CS) {
                     const float s0 = Dec::chunk_scale(p, PH, crow[n][0], c);
                     const float s1 = Dec::chunk_scale(p, PH, crow[n][1], c);
@@ -524,10 +413,6 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             const int q = 2 * tig + e;
             if (q >= tile.count) continue;
             const int pair = tile.pairs[q];
-            if constexpr (F16) {  // undo the pair's x scale
-#pragma unroll
-                for (int n = 0; n < NT; ++n) acc[n][e] *= s_xinv[q], acc[n][2 + e] *= s_xinv[q];
-            }
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 if (PH == 0) {
@@ -548,13 +433,10 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 }
 
 // The decode kernel: routing once per block, then this block row's share of the distinct experts.
-template <class Dec, int PH, int NT, bool F16>
+template <class Dec, int PH, int NT>
 __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const KernelParams p) {
     __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_dexp[kDecodeMaxPairs], s_pairs[8], s_meta[2];
     __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
-    __shared__ uint32_t s_xmul[8];  // the f16 path's x scales per pair (pair_scales)
-    __shared__ float s_xinv[8];
-    __shared__ unsigned s_max[8];
     if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
         for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -564,7 +446,7 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
         if (tile.count == 0) continue;
-        decode_expert<Dec, PH, NT, F16>(p, tile, red, s_xmul, s_xinv, s_max);
+        decode_expert<Dec, PH, NT>(p, tile, red);
         __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
 }
@@ -1241,22 +1123,6 @@ struct ClassicOf {
     using type = decltype(test<Dec>(0));
 };
 
-// FTW_CUDA_F16=0 runs decoders with decode_f16 on the bf16 path of experts_decode (comparison).
-inline bool f16_decode() {
-    const char* v = std::getenv("FTW_CUDA_F16");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// experts_decode's launch: NT 16-row tiles per warp, K split over k_split warps, each block row
-// serving every 8th distinct expert.
-template <class C, int PH, int NT, bool F16>
-void launch_classic(const KernelParams& p, cudaStream_t stream) {
-    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC);
-    const int ny = std::min(p.T * p.K, 8);
-    const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
-    experts_decode<C, PH, NT, F16><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
-}
-
 // One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
 // experts_decode (with ClassicOf<Dec>). Each phase chooses for itself (gguf's gate_up and down
 // decoders may differ); phase 0 of either kernel clears out, phase 1 of either waits for all of
@@ -1270,13 +1136,11 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
         }
     }
     using C = typename ClassicOf<Dec>::type;
-    if constexpr (F16Of<C>::value) {
-        if (f16_decode()) {
-            launch_classic<C, PH, 1, true>(p, stream);  // 2 tiles (4 rows per x conversion) spill
-            return;
-        }
-    }
-    launch_classic<C, PH, C::VEC == 8 ? 2 : 1, false>(p, stream);  // 16-row tiles per warp (bf16 decodes for free)
+    constexpr int NT = C::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
+    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC);
+    const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
+    const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
+    experts_decode<C, PH, NT><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
 }
 
 // Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.

@@ -1,6 +1,5 @@
 // Block FP8 experts on the GPU: e4m3 weights, one float32 (or bf16) scale per [bo, bi] block.
-// e4m3 values are exact in bf16 and in f16, so the decoder only moves bits (bf16) or converts
-// two values per instruction (f16, experts_decode's default); the block scale multiplies each
+// e4m3 values are exact in bf16, so the decoder only moves bits; the block scale multiplies each
 // 64-value chunk's partial sums in float32 (kChunkScale: a chunk is 4 lanes x 16 bytes and lies
 // in one input block, bi being a multiple of 64 or covering the row), so no weight is rounded.
 #include "cuda/experts_kernels.cuh"
@@ -43,13 +42,6 @@ struct Fp8BlockDecoder {
         }
     }
     __device__ static void permute(const uint32_t (&x)[8], uint32_t (&a)[8]) { permute_fp8(x, a); }
-    // experts_decode's f16 path: the same values, one conversion per two (experts_kernels.cuh, F16Of)
-    __device__ static void decode_f16(const Raw& raw, uint32_t (&w)[8]) {
-        e4m3x4_f16(raw.w.x, w[0], w[1]);
-        e4m3x4_f16(raw.w.y, w[2], w[3]);
-        e4m3x4_f16(raw.w.z, w[4], w[5]);
-        e4m3x4_f16(raw.w.w, w[6], w[7]);
-    }
     __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
     // Row r's block scales (its row block's, gate's blocks then up's for the fused gate_up:
     // DESIGN.md; right when I % bo != 0), found once per row: the kernels keep the pointer, and
