@@ -203,11 +203,13 @@ __device__ __forceinline__ void add_down_row(const KernelParams& p, int pair, in
 //   VEC                          values per 16 stored weight bytes
 //   Row row(p, proj, slot, r)    where row r of gate_up (proj 0) or down (proj 1) of `slot` is
 //   Raw load(row, u)             the u-th 16-byte unit of the row (+ the scale it needs)
-//   decode(raw, w[VEC/2])        bf16 pairs (value * 2^-62, or 2^-56 for fp8_block; bf16 exact)
+//   decode(raw, w[VEC/2])        bf16 pairs (value * 2^-62, or the value for fp8_block; bf16 exact)
 //   permute(x[VEC/2], a[VEC/2])  x's contiguous pairs into decode's pair order
 //   post(p, proj, slot, r)       factor applied to row r's dot product (2^62 * global scale)
-//   kChunkScale, chunk_scale(p, proj, slot, r, c)   optional: a float32 scale per row and
-//                                64-value chunk, applied to each chunk's partial sums (fp8_block)
+//   kChunkScale                  optional: a float32 scale per row and 64-value chunk, applied
+//                                to each chunk's partial sums (fp8_block), read through
+//   ChunkRow chunk_row(p, proj, slot, r)   where row r's scales start (once per row), and
+//   chunk_scale(p, proj, crow, c)          the scale of its chunk c (values 64c .. 64c + 63)
 constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
@@ -276,6 +278,16 @@ struct HasChunkScale {
     static constexpr bool value = test<Dec>(nullptr);
 };
 
+// Where a chunk-scaled decoder's row scales start (ChunkRow), or nothing for other decoders.
+template <class Dec, bool CS = HasChunkScale<Dec>::value>
+struct ChunkRowOf {
+    using type = typename Dec::ChunkRow;
+};
+template <class Dec>
+struct ChunkRowOf<Dec, false> {
+    using type = int;
+};
+
 // Decode (T <= 8): the weights are the M side of the mma (16 rows: lane group g reads rows g and
 // g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
 // 16 rows; KS warps split the input dimension; each lane keeps D units of weights and x in flight.
@@ -290,6 +302,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr int D = V == 16 ? 3 : 2;  // units in flight: what fits in 128 registers
     constexpr bool CS = HasChunkScale<Dec>::value;
+    using ChunkRow = typename ChunkRowOf<Dec>::type;
     const int KS = blockDim.x / 32;
     const int slot = tile.slot;
     const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -299,7 +312,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 
     typename Dec::Row row[NT][2];
     bool rok[NT][2];
-    int rix[NT][2];  // the rows, clamped in range (for scales of rows past the end)
+    ChunkRow crow[NT][2];  // chunk scales of the rows, clamped in range (rows past the end)
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -313,8 +326,8 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
                 r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
                 rok[n][h] = r < p.H;
             }
-            rix[n][h] = rok[n][h] ? r : 0;
-            row[n][h] = Dec::row(p, PH, slot, rix[n][h]);
+            row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
+            if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
         }
     const __nv_bfloat16* xrow = nullptr;
     if (g < tile.count) {
@@ -371,8 +384,8 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
                     mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
                              xa[2 * s + 1]);
                 if constexpr (CS) {
-                    const float s0 = Dec::chunk_scale(p, PH, slot, rix[n][0], c);
-                    const float s1 = Dec::chunk_scale(p, PH, slot, rix[n][1], c);
+                    const float s0 = Dec::chunk_scale(p, PH, crow[n][0], c);
+                    const float s1 = Dec::chunk_scale(p, PH, crow[n][1], c);
                     acc[n][0] += part[0] * s0, acc[n][1] += part[1] * s0;
                     acc[n][2] += part[2] * s1, acc[n][3] += part[3] * s1;
                 }
@@ -645,7 +658,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
     const uint8_t* pw[4];
     bool pwok[4];
     typename Dec::Row prow[2];
-    int prix[2];
+    typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
     Side side[S][2][2];  // [stage][j][h]
     float cscale[S][2][2];
     auto producer_item = [&]() {
@@ -660,8 +673,9 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             bool ok;
-            prix[h] = tile_row(band, g + 8 * h, ok);
-            prow[h] = Dec::row(p, PH, pslot, prix[h]);
+            const int r = tile_row(band, g + 8 * h, ok);
+            prow[h] = Dec::row(p, PH, pslot, r);
+            if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
         }
     };
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
@@ -704,7 +718,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
                     if constexpr (!BS) side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
                     // every lane needs its rows' chunk scales, whether or not it holds a unit
                     if constexpr (CS)
-                        cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pslot, prix[h], 2 * c + j) : 0.f;
+                        cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
                 }
             }
         }
@@ -880,7 +894,8 @@ __global__ void __launch_bounds__(32 * RG, 3) experts_proj(const KernelParams p)
         }
         row[n] = Dec::row(p, PH, slot, rok[n] ? r : 0);
     }
-    // rows of this lane's accumulator columns (2tig, 2tig+1) per n-tile, for chunk scales
+    // rows of this lane's accumulator columns (2tig, 2tig+1) per n-tile, for chunk scales (their
+    // ChunkRow is found per chunk: kept per row, it spills here)
     int crow[NT][2];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -974,8 +989,8 @@ __global__ void __launch_bounds__(32 * RG, 3) experts_proj(const KernelParams p)
             if constexpr (CS) {
 #pragma unroll
                 for (int n = 0; n < NT; ++n) {
-                    const float s0 = Dec::chunk_scale(p, PH, slot, crow[n][0], c);
-                    const float s1 = Dec::chunk_scale(p, PH, slot, crow[n][1], c);
+                    const float s0 = Dec::chunk_scale(p, PH, Dec::chunk_row(p, PH, slot, crow[n][0]), c);
+                    const float s1 = Dec::chunk_scale(p, PH, Dec::chunk_row(p, PH, slot, crow[n][1]), c);
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         acc[m][n][0] += part[m][n][0] * s0, acc[m][n][1] += part[m][n][1] * s1;
