@@ -61,6 +61,9 @@ VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (regist
             "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
             "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1
             "gguf-table": {"FTW_GGUF_CUDA_DECODER": "table"}}  # the table-driven decoder
+# launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
+VARIANTS.update({f"ks{n}": {"FTW_CUDA_DECODE": "classic", "FTW_CUDA_KSPLIT": str(n)} for n in (1, 2, 4, 8)})
+VARIANTS.update({f"sks{n}": {"FTW_CUDA_DECODE": "staged", "FTW_CUDA_STAGED_KSPLIT": str(n)} for n in (1, 2, 4)})
 
 
 def cdiv(a, b):
@@ -387,6 +390,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--no-prefill", action="store_true")
+    ap.add_argument("--cases", default="1,8same,8indep", help="decode cases to time (T=1; T=8 same or independent experts)")
     ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
     ap.add_argument("--accuracy", action="store_true", help="also measure errors against float64")
     ap.add_argument("--variants", default="",
@@ -421,7 +425,8 @@ def main() -> None:
             layer_bytes = expert_nbytes(view) * E
             assert layer_bytes >= 4 * L2_BYTES, (size, name, layer_bytes)
             ceiling_buf = torch.empty(layer_bytes // 16 * 16, dtype=torch.uint8, device=dev).random_(0, 255)
-            for T, same in ((1, True), (8, True), (8, False)):
+            cases = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
+            for T, same in (cases[c] for c in args.cases.split(",")):
                 r = bench_decode(view, H, I, E, T, same, dev, args.replays, ceiling_buf, sink, variants)
                 r.update(size=size, format=name)
                 res["decode"].append(r)
@@ -432,11 +437,12 @@ def main() -> None:
                 for v in variants:
                     print(f"  {v:15s} {r[v + '_us']:8.1f} us = {r[v + '_vs_ceiling']:.2f}x ceiling "
                           f"(default / {v} time {r['us'] / r[v + '_us']:.2f})", flush=True)
-            one = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 1)
-            same8 = next(d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8
-                         and d["routing"] == "same")
-            print(f"  T=8 same experts / T=1: {same8['us'] / one['us']:.2f}x", flush=True)
-            if args.cpu_baseline and name.startswith("gguf"):
+            one = next((d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 1), None)
+            same8 = next((d for d in res["decode"] if d["size"] == size and d["format"] == name and d["T"] == 8
+                          and d["routing"] == "same"), None)
+            if one and same8:
+                print(f"  T=8 same experts / T=1: {same8['us'] / one['us']:.2f}x", flush=True)
+            if args.cpu_baseline and name.startswith("gguf") and one:
                 one.update(cpu_decode_time(view, H, E))
                 one["gpu_over_cpu"] = one["us"] / one["cpu_us"]
                 print(f"  CPU executor T=1 ({one['cpu_threads']} threads): {one['cpu_us']:.0f} us; GPU / CPU time "

@@ -1035,8 +1035,19 @@ void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream);
 int max_tiles(int pairs, int tile_m, int num_experts);
 void check_launch(const char* what);  // throws CudaError on a launch error
 
-// Warps splitting one row: enough 4-unit chunks per warp (about 6) to keep D units in flight.
+// A power of two from 1 to `most` forced by environment variable `name` (benchmarks compare
+// launch shapes in one run), or 0 when unset.
+inline int forced_split(const char* name, int most) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return 0;
+    const int n = std::atoi(v);
+    return n >= 1 && n <= most && (n & (n - 1)) == 0 ? n : 0;
+}
+
+// Warps splitting one row: enough 4-unit chunks per warp (about 6) to keep D units in flight,
+// or FTW_CUDA_KSPLIT's.
 inline int k_split(int in, int vec) {
+    if (const int forced = forced_split("FTW_CUDA_KSPLIT", kMaxKSplit)) return forced;
     const int chunks = (in / vec + 3) / 4;
     int ks = 1;
     while (ks < kMaxKSplit && chunks / (2 * ks) >= 6) ks *= 2;
@@ -1051,7 +1062,8 @@ inline bool programmatic_launch() {
 }
 
 // The staged decode kernel's launch: KS warps per block, the smallest of 1, 2, 4 that puts about
-// 7 warps per SM to work when the step's experts are as few as top_k; the grid is what fits on
+// 7 warps per SM to work when the step's experts are as few as top_k (or FTW_CUDA_STAGED_KSPLIT's,
+// as far as the row has 2 chunks per warp); the grid is what fits on
 // the GPU at once (occupancy), trimmed so that every block serves the same number of items.
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
@@ -1074,6 +1086,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     const int fewest = nbands * std::min(p.K, p.num_experts);  // items when every token picks the same experts
     const int most = nbands * std::min(p.T * p.K, p.num_experts);
     int KS = 1, cap = 0;
+    const int forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
     for (int ks = 1; ks <= 4; ks *= 2) {
         if (ks > 1 && nchunks < 2 * ks) break;  // at least 2 chunks per warp and item
         int n = 0;  // remembered only once the device answered
@@ -1081,7 +1094,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
             fit[ks] = n;
         KS = ks, cap = sms * std::max(fit[ks], 1);
-        if (std::min(fewest, cap) * ks >= 7 * sms) break;
+        if (forced ? ks >= forced : std::min(fewest, cap) * ks >= 7 * sms) break;
     }
     const int cpw = (nchunks + KS - 1) / KS;
     const int per = (most + std::min(most, cap) - 1) / std::min(most, cap);  // items per block
