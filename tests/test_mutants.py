@@ -1672,3 +1672,68 @@ def test_a_row_table_cut_off_is_a_format_error_naming_its_offset(tmp_path):
         os.truncate(path, b.row_table.offset)
         with pytest.raises(FormatError, match=rf"^{path}: file shrank while being read \(no bytes at offset {b.row_table.offset}\)$"):
             f.row_frame(b, 0)
+
+
+# kills: read_into 24 (the message of a file cut short under a read) and 26 (a short read
+# continued at the wrong offset: preadv may return less than asked, here from a stand-in that
+# reads at most 1000 bytes a call, as it does for more than 2 GiB on Linux)
+def test_read_into_continues_short_reads_and_names_a_cut_file(tmp_path, monkeypatch):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+    data = path.read_bytes()
+    real_preadv = os.preadv
+
+    def short_preadv(fd, buffers, offset):
+        return real_preadv(fd, [memoryview(buffers[0])[:1000]], offset)
+
+    with ftw.open(path) as f:
+        monkeypatch.setattr(os, "preadv", short_preadv)
+        out = np.full(5000, 0xA5, np.uint8)
+        f.read_into(4096, out)
+        assert out.tobytes() == data[4096 : 4096 + 5000]
+        monkeypatch.setattr(os, "preadv", real_preadv)
+        os.truncate(path, 6000)
+        with pytest.raises(FormatError, match=rf"^{path}: file shrank while reading at offset 6000$"):
+            f.read_into(4096, out)
+
+
+# kills: verify 3, 5 (the first bad blob named in file order, not in the order of the labels),
+# 36, 47 (a blob of more than one 1 MiB piece: the last piece's size, the pieces' offsets) and
+# 40, 41, 45, 46 (its checksum pass on a file cut short since it was mapped: a FormatError
+# naming the file and the next blob's offset; the file is cut when the first blob is counted)
+def test_verify_hashes_blobs_in_file_order_in_pieces_and_names_a_cut(tmp_path):
+    from ftw.errors import ChecksumError, FormatError
+    from helpers_container import index_of, patch_blob, write_sample
+
+    from ftw.writers import FtwWriter
+
+    rng = np.random.default_rng()
+    big = rng.integers(0, 256, (1 << 20) + 12345, dtype=np.uint8).tobytes()  # two pieces
+    path = tmp_path / "big.ftw"
+    with FtwWriter(path) as w:
+        w.add_attachment("big.bin", big)
+        w.add_attachment("small.txt", b"after the big one")
+    with ftw.open(path) as f:
+        assert f.verify(threads=1) == len(big) + 17
+        assert f.attachment("big.bin") == big
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, rng)
+    data = path.read_bytes()
+    ix = index_of(data)
+    bank = ix["layers"]["1"]["banks"]["down"]  # before every tensor and attachment in the file
+    attachment = ix["attachments"]["config.json"]  # its label sorts first
+    assert bank["offset"] < attachment["offset"]
+    bad = tmp_path / "bad.ftw"
+    bad.write_bytes(patch_blob(patch_blob(data, bank, 3, b"\xff\x00", False), attachment, 0, b"[", False))
+    with ftw.open(bad) as f:
+        with pytest.raises(ChecksumError, match=rf"^{bad}: layer 1 bank down: checksum mismatch \(data corrupt\)$"):
+            f.verify()
+
+    with ftw.open(path) as f:
+        blobs = sorted((b for _, b in f.blobs() if b.nbytes), key=lambda b: b.offset)
+        with pytest.raises(FormatError, match=rf"^{path}: file shrank while being read \(no bytes at offset {blobs[1].offset}\)$"):
+            f.verify(threads=1, progress=lambda n: os.truncate(path, 0))
