@@ -4,6 +4,7 @@ the mutation it kills; docs/TESTING.md lists every survivor with its judgement."
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -1737,3 +1738,96 @@ def test_verify_hashes_blobs_in_file_order_in_pieces_and_names_a_cut(tmp_path):
         blobs = sorted((b for _, b in f.blobs() if b.nbytes), key=lambda b: b.offset)
         with pytest.raises(FormatError, match=rf"^{path}: file shrank while being read \(no bytes at offset {blobs[1].offset}\)$"):
             f.verify(threads=1, progress=lambda n: os.truncate(path, 0))
+
+
+# kills: layer_dims 2 (a layer whose I differs from the model's moe_intermediate_size: GGUF's
+# per-layer widths), 7 (a file without a model: a GGUF layer's I needs its options), 10, 11
+# (the message when a layer's banks cannot give H and I); bank_info_of 2, 3 (the message for
+# a layer the file lacks); check_layer 11, 17, 18 (reading rules: ds_fp4 files before 0.2
+# stored the packed banks as i8, which a reader still takes)
+def test_layer_dims_from_the_model_or_the_banks_and_older_dtypes_read(tmp_path):
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.errors import FormatError
+    from ftw.writers import FtwWriter
+    from ftw.writers.convert import convert
+
+    rng = np.random.default_rng()
+    H, I, I1, E = 64, 32, 96, 3  # noqa: E741
+    model = ModelShape("test", H, I, E, 2, 3, [1, 2], "silu", layer_intermediate_sizes={1: I1})
+
+    def banks(fmt, i):
+        out = {}
+        for name, s in fmt.banks(H, i).items():
+            if s.optional:
+                continue
+            dt = spec.numpy_dtype(s.dtypes[0])
+            arr = rng.integers(1, 120, (E, *s.row_shape)).astype(np.uint8).view(dt) if dt.itemsize == 1 else \
+                (rng.standard_normal((E, *s.row_shape)).astype(np.float32).view(np.uint32) >> 16).astype(dt)
+            out[name] = BankSource(s.dtypes[0], s.row_shape, E, lambda e, a=arr: [a[e]])
+        return out
+
+    path = tmp_path / "m.ftw"
+    ds = LayerFormat.of("ds_fp4", {"act_block": 128, "scale_fmt": "ue8m0"})
+    with FtwWriter(path) as w:
+        w.set_model(model)
+        w.add_layer(LayerBanks(1, LayerFormat.of("bf16"), banks(LayerFormat.of("bf16"), I1)))
+        w.add_layer(LayerBanks(2, ds, banks(ds, I)))
+    with ftw.open(path) as f:
+        assert f.layer_dims(1) == (H, I1) and f.layer_dims(2) == (H, I)
+        f.check_layer(1)
+        with pytest.raises(FtwError, match=rf"^{path}: no MoE layer 5 \(has \[1, 2\]\)$"):
+            f.bank_info_of(5)
+
+    def older_ds_fp4(ix):  # as files before 0.2 stored it
+        for name in ("gate_up", "down"):
+            ix["layers"]["2"]["banks"][name]["dtype"] = "i8"
+
+    older = _edited_copy(tmp_path, path, older_ds_fp4)
+    with ftw.open(older) as f:
+        assert f.layers[2]["down"].dtype == "i8"
+        f.check_layer(2)
+        f.verify()
+
+    gguf = tmp_path / "g.ftw"
+    convert(os.path.join(os.path.dirname(__file__), "..", "samples", "gguf", "qwen3moe-Q4_K_M.gguf"), gguf)
+
+    def no_model(ix):
+        ix["model"] = None
+
+    with ftw.open(gguf) as f:
+        want = {layer: (f.model.hidden_size, f.model.intermediate_size(layer)) for layer in f.layers}
+    bare = _edited_copy(tmp_path, gguf, no_model)
+    with ftw.open(bare) as f:
+        assert f.model is None and len(want) == 3
+        assert {layer: f.layer_dims(layer) for layer in f.layers} == want
+
+    def no_down(ix):
+        ix["model"] = None
+        del ix["layers"]["1"]["banks"]["down"]
+
+    cut = _edited_copy(tmp_path, gguf, no_down)
+    with ftw.open(cut) as f:
+        with pytest.raises(FormatError, match=rf"^{cut}: layer 1 \({re.escape(str(f.layer_formats[1]))}\): banks \['gate_up'\] do not give H and I$"):
+            f.layer_dims(1)
+
+
+# kills: verify 94 (the frame tasks start at every step-th row up to E, not at rows below the
+# step): with tasks of one row (FRAME_TASK_NBYTES forced down to one row's bytes, as a bank of
+# rows over 32 MiB has), a bad frame in the last expert is still decoded and refused
+def test_verify_frame_tasks_cover_every_row(tmp_path, monkeypatch):
+    from ftw import container
+    from ftw.errors import FormatError
+    from helpers_container import index_of, patch_blob, write_sample
+
+    path = tmp_path / "z.ftw"
+    write_sample(path, np.random.default_rng(), level=3, num_experts=6)
+    data = path.read_bytes()
+    with ftw.open(path) as f:
+        b = next(b for banks in f.layers.values() for b in banks.values() if b.row_table is not None)
+    desc = index_of(data)["layers"][str(b.layer)]["banks"][b.name]
+    last = int(np.frombuffer(data, "<u8", b.num_experts + 1, desc["row_table"]["offset"])[-2])
+    path.write_bytes(patch_blob(data, desc, last, b"\0\0\0\0", reseal=True))  # not a zstd frame
+    monkeypatch.setattr(container, "FRAME_TASK_NBYTES", b.row_nbytes)
+    with ftw.open(path) as f:
+        with pytest.raises(FormatError, match=rf"^{path}: layer {b.layer} bank {b.name} expert 5: corrupt zstd frame header"):
+            f.verify()
