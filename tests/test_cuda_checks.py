@@ -177,3 +177,36 @@ def test_unsupported_reason_names_each_ggml_type_without_decoder():
     why = ce.unsupported_reason(LayerFormat.of("gguf", {"gate_type": "F16", "up_type": "Q8_0", "down_type": "BF16"}))
     assert why.startswith("no CUDA decoder for ggml type gate F16, down BF16 (CUDA types: Q8_0, Q4_K")
     assert ce.unsupported_reason(LayerFormat.of("affine", {"bits": 4, "group_size": 64})).startswith("no CUDA kernel for")
+
+
+# The register-fed decode kernel's warps per block splitting a row (csrc/cuda/experts_kernels.cuh,
+# k_split), at the launch shapes measured on the H200 (132 SMs; docs/BENCHMARKS.md, "Launch
+# shapes"): the best fixed split of each case there, phase 0 (gate_up, grid I / (8 NT) x 8) and
+# phase 1 (down, grid H / (16 NT) x 8), NT = 2 for bf16 (8 values per 16 bytes), else 1.
+@pytest.mark.parametrize("in_, vec, blocks, ks", [
+    (7168, 8, 128 * 8, 4),    # deepseek-v3 bf16 gate_up: 56 chunks per warp (8 warps: 0.77x, 4: 0.81x)
+    (7168, 16, 256 * 8, 2),   # deepseek-v3 fp8_block gate_up (8 warps: 0.46x, 2: 0.53x)
+    (7168, 32, 256 * 8, 1),   # deepseek-v3 nvfp4 (register-fed): 1 and 2 warps alike, 8 worst
+    (2048, 8, 48 * 8, 4),     # qwen3 bf16 gate_up: 2 warps leave the GPU under-filled (0.43x), 4 best
+    (2048, 16, 96 * 8, 2),    # qwen3 fp8_block gate_up: 2 best (0.42x), 4: 0.36x
+    (768, 8, 64 * 8, 4),      # qwen3 bf16 down: fills the GPU with 4
+    (2048, 8, 224 * 8, 2),    # deepseek-v3 bf16 down: 64 chunks, more than 56 for one warp
+])
+def test_decode_split_follows_the_measured_launch_shapes(in_, vec, blocks, ks, monkeypatch):
+    monkeypatch.delenv("FTW_CUDA_KSPLIT", raising=False)
+    assert rt.cuda_decode_ksplit(in_, vec, blocks, 132) == ks
+
+
+def test_decode_split_is_a_power_of_two_within_the_block_and_forced_by_environment(monkeypatch):
+    monkeypatch.delenv("FTW_CUDA_KSPLIT", raising=False)
+    for in_ in (256, 768, 2048, 2880, 7168, 16384):
+        for blocks in (8, 100, 1000, 10000):
+            for sms in (1, 78, 132):
+                ks = rt.cuda_decode_ksplit(in_, 16, blocks, sms)
+                assert ks in (1, 2, 4, 8), (in_, blocks, sms, ks)
+                # the GPU is filled (8 warps per SM) unless the block holds 8 warps already
+                assert blocks * ks >= 8 * sms or ks == 8, (in_, blocks, sms, ks)
+    monkeypatch.setenv("FTW_CUDA_KSPLIT", "2")
+    assert rt.cuda_decode_ksplit(7168, 16, 2048, 132) == 2
+    monkeypatch.setenv("FTW_CUDA_KSPLIT", "3")  # not a power of two: the rule's choice
+    assert rt.cuda_decode_ksplit(7168, 16, 2048, 132) == 2

@@ -68,6 +68,18 @@ FTW_BINDINGS(cuda_experts) {
         "T"_a, "K"_a, "I"_a, "num_experts"_a, "Device workspace bytes one experts_forward call needs.");
 
     m.def(
+        "cuda_decode_ksplit",
+        [](int in, int vec, int blocks, int sms) -> int {
+#ifdef FTW_WITH_CUDA
+            return ftw::cuda::decode_ksplit(in, vec, blocks, sms);
+#else
+            no_cuda();
+#endif
+        },
+        "in"_a, "vec"_a, "blocks"_a, "sms"_a,
+        "Warps per block splitting a row in the register-fed decode kernel (launch shape rule; host only).");
+
+    m.def(
         "cuda_experts_forward",
         [](const std::string& format, const std::vector<uintptr_t>& bank_base, const std::vector<int64_t>& row_bytes,
            uintptr_t slot_of_expert, int num_experts, int num_slots, int H, int I, int T, int K, uintptr_t x,

@@ -192,6 +192,8 @@ void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
 
 int64_t workspace_bytes(int T, int K, int I, int num_experts) { return layout(T, K, I, num_experts).total; }
 
+int decode_ksplit(int in, int vec, int blocks, int sms) { return k_split(in, vec, blocks, sms); }
+
 uintptr_t error_flag(uintptr_t workspace) { return workspace; }
 
 std::vector<std::string> experts_formats() {

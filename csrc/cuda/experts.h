@@ -56,6 +56,10 @@ int64_t workspace_bytes(int T, int K, int I, int num_experts);
 void experts_forward(const std::string& format, const PoolLayerView& view, const ExpertsProblem& p,
                      const ActivationSpec& act, const FormatOptions& opt, uintptr_t stream);
 
+// Warps per block splitting a row of `in` inputs in the register-fed decode kernel, for a grid
+// of `blocks` blocks on `sms` SMs (the launch shape rule of experts_kernels.cuh, host-only).
+int decode_ksplit(int in, int vec, int blocks, int sms);
+
 // The workspace's device error word: 0 when every routed pair was resident and in range, else
 // 1 + the first bad pair index (t * K + k). Read it after the stream has run.
 uintptr_t error_flag(uintptr_t workspace);

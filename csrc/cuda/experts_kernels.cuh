@@ -1044,13 +1044,26 @@ inline int forced_split(const char* name, int most) {
     return n >= 1 && n <= most && (n & (n - 1)) == 0 ? n : 0;
 }
 
-// Warps splitting one row: enough 4-unit chunks per warp (about 6) to keep D units in flight,
-// or FTW_CUDA_KSPLIT's.
-inline int k_split(int in, int vec) {
+// The device's SM count, for launch shapes; without a usable device 1 (the launch then reports
+// the error).
+inline int device_sms() {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
+        sms = 1;
+    return sms;
+}
+
+// Warps splitting one row in experts_decode, for a grid of `blocks` blocks (or FTW_CUDA_KSPLIT's).
+// A warp's loads run best in long streams, so as few as put about 8 warps per SM to work, but
+// enough that no warp reads more than 56 4-unit chunks of a row: measured on the H200 against
+// every fixed split (docs/BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x -> 0.81x of
+// the ceiling, fp8_block 0.46x -> 0.53x (at most 4 warps per block for those), qwen3 sizes
+// 2-4 warps per block.
+inline int k_split(int in, int vec, int blocks, int sms) {
     if (const int forced = forced_split("FTW_CUDA_KSPLIT", kMaxKSplit)) return forced;
     const int chunks = (in / vec + 3) / 4;
     int ks = 1;
-    while (ks < kMaxKSplit && chunks / (2 * ks) >= 6) ks *= 2;
+    while (ks < kMaxKSplit && (int64_t(blocks) * ks < 8LL * sms || chunks / ks > 56)) ks *= 2;
     return ks;
 }
 
@@ -1062,8 +1075,9 @@ inline bool programmatic_launch() {
 }
 
 // The staged decode kernel's launch: KS warps per block, the smallest of 1, 2, 4 that puts about
-// 7 warps per SM to work when the step's experts are as few as top_k (or FTW_CUDA_STAGED_KSPLIT's,
-// as far as the row has 2 chunks per warp); the grid is what fits on
+// 7 warps per SM to work when the step's experts are as few as top_k and gives no warp more than
+// 16 chunks of a row (or FTW_CUDA_STAGED_KSPLIT's, as far as the row has 2 chunks per warp); the
+// grid is what fits on
 // the GPU at once (occupancy), trimmed so that every block serves the same number of items.
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
@@ -1076,10 +1090,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
         return b;
     }();
     (void)big;
-    int dev = 0, sms = 0;
-    // without a usable device these fail: plan for one SM, and the launch below reports the error
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1)
-        sms = 1;
+    const int sms = device_sms();
     const int in = PH == 0 ? p.H : p.I;
     const int nchunks = (in / Dec::VEC + 7) / 8;
     const int nbands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
@@ -1094,7 +1105,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
             fit[ks] = n;
         KS = ks, cap = sms * std::max(fit[ks], 1);
-        if (forced ? ks >= forced : std::min(fewest, cap) * ks >= 7 * sms) break;
+        // and while each warp would still get 8 chunks of a row with twice as many (deepseek-v3
+        // mxfp8: 0.55x -> 0.65x of the ceiling with 4 warps, qwen3 best with 2)
+        if (forced ? ks >= forced : std::min(fewest, cap) * ks >= 7 * sms && nchunks < 16 * ks) break;
     }
     const int cpw = (nchunks + KS - 1) / KS;
     const int per = (most + std::min(most, cap) - 1) / std::min(most, cap);  // items per block
@@ -1150,9 +1163,9 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
     }
     using C = typename ClassicOf<Dec>::type;
     constexpr int NT = C::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
-    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC);
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
+    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     experts_decode<C, PH, NT><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
 }
 
