@@ -1831,3 +1831,53 @@ def test_verify_frame_tasks_cover_every_row(tmp_path, monkeypatch):
     with ftw.open(path) as f:
         with pytest.raises(FormatError, match=rf"^{path}: layer {b.layer} bank {b.name} expert 5: corrupt zstd frame header"):
             f.verify()
+
+
+# kills: FtwFile._fd_open 1, 2 (descriptor 0 taken for closed: a process whose stdin is closed
+# gets 0 for the file it opens)
+def test_a_file_opened_on_descriptor_0_reads(tmp_path):
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    exp = write_sample(path, np.random.default_rng())
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        with ftw.open(path) as f:
+            assert f._fd == 0
+            assert f.attachment("tokenizer.model") == exp.attachments["tokenizer.model"]
+            assert f.verify() > 0
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+# kills: FtwWriter._flush_copy 17 (a source file cut short under the writer named in the
+# error) and add_layer 22 (a layer added twice named)
+def test_writer_names_a_cut_source_and_a_layer_added_twice(tmp_path):
+    from ftw.banks import BankSource, LayerBanks
+    from ftw.errors import SourceError
+    from ftw.writers import FtwWriter
+
+    E, n = 3, 5000
+    data = np.random.default_rng().integers(0, 256, (E, n), dtype=np.uint8)
+    src = tmp_path / "src.bin"
+    rows = np.frombuffer(_mapped_file(src, data.tobytes()), dtype=np.uint8).reshape(E, n)
+
+    def row(e):
+        if e == E - 1:  # rows 0 and 1 wait in the run of adjacent bytes, not yet copied
+            os.truncate(src, 0)
+        return [rows[e]]
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(SourceError, match=rf"^{src}: file shrank while being read \(no bytes at offset 0\)$"):
+        with FtwWriter(out / "m.ftw") as w:
+            w.add_layer(LayerBanks(0, LayerFormat.of("bf16"), {"gate_up": BankSource("u8", (n,), E, row)}))
+    assert os.listdir(out) == []
+    bank = {"gate_up": BankSource("u8", (n,), E, lambda e: [data[e]])}
+    with pytest.raises(FtwError, match=rf"^{out / 'm.ftw'}: layer 4 added twice$"):
+        with FtwWriter(out / "m.ftw") as w:
+            w.add_layer(LayerBanks(4, LayerFormat.of("bf16"), bank))
+            w.add_layer(LayerBanks(4, LayerFormat.of("bf16"), bank))
+    assert os.listdir(out) == []
