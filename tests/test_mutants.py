@@ -1881,3 +1881,20 @@ def test_writer_names_a_cut_source_and_a_layer_added_twice(tmp_path):
             w.add_layer(LayerBanks(4, LayerFormat.of("bf16"), bank))
             w.add_layer(LayerBanks(4, LayerFormat.of("bf16"), bank))
     assert os.listdir(out) == []
+
+
+# kills: FtwWriter.__init__ 8 (the message for threads < 1) and 34, 35, 44, 45 (a writer given
+# no model and no provenance writes "model": null and "provenance": {} under those keys, not
+# under other names a reader ignores)
+def test_writer_defaults_in_the_index_and_its_thread_count_checked(tmp_path):
+    from helpers_container import index_of
+
+    from ftw.writers import FtwWriter
+
+    with pytest.raises(FtwError, match=r"^threads must be at least 1, got 0$"):
+        FtwWriter(tmp_path / "m.ftw", threads=0)
+    with FtwWriter(tmp_path / "m.ftw") as w:
+        w.add_attachment("a.txt", b"x")
+    ix = index_of((tmp_path / "m.ftw").read_bytes())
+    assert set(ix) == {"model", "layer_quant_formats", "layers", "tensors", "attachments", "provenance"}
+    assert ix["model"] is None and ix["provenance"] == {} and ix["layers"] == {} and list(ix["attachments"]) == ["a.txt"]
