@@ -1898,3 +1898,35 @@ def test_writer_defaults_in_the_index_and_its_thread_count_checked(tmp_path):
     ix = index_of((tmp_path / "m.ftw").read_bytes())
     assert set(ix) == {"model", "layer_quant_formats", "layers", "tensors", "attachments", "provenance"}
     assert ix["model"] is None and ix["provenance"] == {} and ix["layers"] == {} and list(ix["attachments"]) == ["a.txt"]
+
+
+def _blob_desc(ix, where):
+    """The descriptor at an index path such as 'layers.1.banks.down' or 'attachments.a'."""
+    d = ix
+    for part in where.split(".", 3 if where.startswith("layers.") else 1):
+        d = d[part]
+    return d
+
+
+# kills: _Index.blob 15, 26, 36, 40, 43, 51: each check of a blob descriptor names the path of
+# the offending value in the index (down to .offset / .nbytes) and says what was expected
+@pytest.mark.parametrize("where,key,value,message", [
+    ("layers.1.banks.down", "offset", "4096", r"layers\.1\.banks\.down\.offset: expected a non-negative integer, got '4096'"),
+    ("tensors.model.norm.weight", "nbytes", -1, r"tensors\.model\.norm\.weight\.nbytes: expected a non-negative integer, got -1"),
+    ("attachments.config.json", "xxh3", "0X" + "0" * 14, r"attachments\.config\.json: xxh3 must be 16 lower-case hex digits"),
+    ("layers.3.banks.gate_up", "offset", 4097, r"layers\.3\.banks\.gate_up: offset 4097 is not 4096-aligned"),
+    ("tensors.scalar", "offset", 1 << 40, r"tensors\.scalar: bytes \[1099511627776, 1099511627784\) outside the data area \[4096, \d+\)"),
+])
+def test_a_bad_blob_descriptor_is_named_by_its_index_path(tmp_path, where, key, value, message):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+
+    def edit(ix):
+        _blob_desc(ix, where)[key] = value
+
+    bad = _edited_copy(tmp_path, path, edit)
+    with pytest.raises(FormatError, match=rf"^{bad}: index {message}$"):
+        ftw.open(bad)
