@@ -5,12 +5,15 @@ quant bytes, random positive scales in each type's f16/e8m0 scale fields); the r
 gguf.quants' own dequantization of those bytes (ftw.formats.get_format("gguf").decode), in
 float64, with x rounded to bf16 as the kernel rounds it.
 
-Tolerance, as ||out - ref|| / ||ref|| over the whole [T, H] output: REL_TOL = 8e-3. The kernel
-decodes each 32-value sub-block bit-exactly to ggml's float32 values, then rounds them to bf16
-(<= 2^-9 relative per weight: ggml scales carry 11 significant bits, bf16 8); the activation
-between gate_up and down is stored as bf16 too; products accumulate in float32. Independent
-roundings of gate, up, act and down give about 2.5e-3 expected; a wrong block layout gives
-errors of order 1. Run with -s to print the measured error of every case.
+Tolerance, as ||out - ref|| / ||ref|| over the whole [T, H] output: REL_TOL = 8e-3. The
+table-driven decoder decodes each 32-value sub-block bit-exactly to ggml's float32 values, then
+rounds them to bf16 (<= 2^-9 relative per weight: ggml scales carry 11 significant bits, bf16 8);
+the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then the product
+rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
+carry scale and min to 16 bits, within an ulp of ggml's value in bf16); the activation between
+gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
+gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
+wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
 """
 
 from __future__ import annotations

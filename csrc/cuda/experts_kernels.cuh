@@ -780,25 +780,24 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
                             xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y, xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
                         Dec::permute(xr, xa);
                         if constexpr (BS) {
-                            // Rows g and g + 8 one after the other, each its own mma with the other
-                            // row's half zero: a byte-stream unit's decode needs up to ~40 registers
-                            // of its own, and two at once spill.
+                            // Rows g and g + 8 decoded one after the other into the two halves of
+                            // the A fragment, then one mma chain (8 mma per 32 values).
                             const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                             const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                            uint32_t w[2][NR];
 #pragma unroll
                             for (int h = 0; h < 2; ++h) {
-                                uint32_t w[NR];
                                 if (uj < nunits) {  // else the bytes may be the next row's
-                                    Dec::decode_staged(sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u), tig + 4 * j, w);
+                                    Dec::decode_staged(sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u), tig + 4 * j, w[h]);
                                 } else {
 #pragma unroll
-                                    for (int k = 0; k < NR; ++k) w[k] = 0u;
+                                    for (int k = 0; k < NR; ++k) w[h][k] = 0u;
                                 }
-#pragma unroll
-                                for (int s = 0; s < V / 4; ++s)
-                                    mma_bf16(acc, h ? 0u : w[2 * s], h ? w[2 * s] : 0u, h ? 0u : w[2 * s + 1],
-                                             h ? w[2 * s + 1] : 0u, xa[2 * s], xa[2 * s + 1]);
                             }
+#pragma unroll
+                            for (int s = 0; s < V / 4; ++s)
+                                mma_bf16(acc, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
+                                         xa[2 * s + 1]);
                         } else {
                             const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
                             uint32_t wa[NR], wb[NR];

@@ -1,8 +1,6 @@
 // GGUF experts on the GPU: raw ggml rows, a ggml type per projection (gate, up, down), read from
 // the slots as the file stores them. A 32-value unit of a row is one sub-block of its ggml block
-// (a whole block for the 32-value types, one eighth of a 256-value K/IQ super-block), and the
-// unit's 32 floats are computed exactly as ggml's dequantize_row_* does (bit-exact float32:
-// products rounded in ggml's order, no FMA contraction), then rounded to bf16 for the tensor cores.
+// (a whole block for the 32-value types, one eighth of a 256-value K/IQ super-block).
 //
 // Two kinds of decoder, from the one type list below (FTW_GGML_CUDA_TYPES):
 // - TypedDecoder<T> (a Fast<T> specialisation per type): a projection whose rows are all of type T
@@ -16,9 +14,19 @@
 // The launch looks each projection's decoder up (with_decoder); FTW_GGUF_CUDA_DECODER=table |
 // staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
 //
-// Numerics: a bf16 weight is within 2^-9 of ggml's float32 value (relative), unlike the other
-// formats whose decoded values are exact in bf16; the error of a dot product averages out to a
-// few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
+// Numerics. The table-driven decoder computes a unit's 32 floats exactly as ggml's
+// dequantize_row_* does (bit-exact float32: products rounded in ggml's order, no FMA
+// contraction), then rounds them to bf16 for the tensor cores. The typed decoders compute in bf16
+// from the start (int_pairs: a small integer is exact in bf16, the sub-block's scale is applied by
+// one bf16x2 multiply or fma): the value is the integer times the scale rounded to bf16, rounded
+// once, so it is within about 2^-8 of ggml's float32 value (relative) rather than 2^-9, and the
+// scale's rounding is shared by the sub-block's values (for the types with mins, Q4_K and Q2_K,
+// the min's rounding too: ScaledOffset). Q5_K carries scale and min as bf16 pairs hi + lo
+// (ScaledMin), its values within an ulp of ggml's float32 value rounded to bf16, at a speed cost
+// (see ScaledMin). Q8_0 takes its integer through an exact float32 (8 bits do not fit
+// a bf16 magic); MXFP4's values are exact in bf16, as in the mxfp4 format. Either way the error of
+// a dot product averages out to a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the
+// tolerance).
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -458,10 +466,9 @@ struct GgmlDecoder {
 // A type with a decoder of its own (a Fast<T> specialisation) runs a projection whose rows are all
 // of that type (gate and up both, or down) through TypedDecoder<T>: load() only issues the loads
 // of the unit's weight bytes and of the scale bytes it needs, into registers (Raw), so the
-// kernels' ring keeps them in flight; decode() works from those registers. Values stay bit-exact
-// to ggml's float32 ones without int -> float conversions (a quarter-rate instruction): a small
-// integer q becomes the float 2^23 + q by placing its byte under the exponent of 2^23 (prmt), and
-// ggml's d * q is one fma, (2^23 + q) * d - 2^23 * d, rounded once from the exact product.
+// kernels' ring keeps them in flight; decode() works from those registers. Values are made in
+// bf16 without int -> float conversions (a quarter-rate instruction): see int_pairs below, and the
+// numerics in the file header.
 // Blocks are only as aligned as their size allows (Q8_0: 34 bytes, 2-byte aligned; MXFP4: 17),
 // so a unit's bytes are read as the aligned 8-byte words covering them (Span) and shifted into
 // place in registers (bytes_at). The launch takes these decoders only where the bank base and the
@@ -557,43 +564,101 @@ __device__ __forceinline__ float magic_byte(uint32_t x, int k) {
     return __uint_as_float(prmt(x, 0x4B000000u, 0x7540u | uint32_t(k)));
 }
 
-// fl(d * q) from f = 2^23 + q * 2^s and ds = d * 2^-s, c = -ds * 2^23 (exact): one rounding of
-// the exact product, as ggml's d * q
-__device__ __forceinline__ float mul_magic(float f, float ds, float c) { return __fmaf_rn(f, ds, c); }
+// ---- bf16 arithmetic on pairs: the typed decoders' values (numerics: see the file header) ------
+//
+// A small integer becomes a bf16 exactly without conversions: a byte b < 128 under the exponent
+// of bf16 128 (bits 0x4300) is 128 + b. Subtracting 128 + bias is exact (a small integer), and
+// one bf16x2 fma applies the sub-block's scale and offset with one rounding: per pair of values a
+// prmt, a sub and an fma, all but the prmt on the FMA pipe, instead of ~3 float32 instructions
+// and an int pipe prmt per value.
 
-// bytes 0..3 of x (< 2^8 each), each made a float by magic_byte and mapped by f, as the bf16
-// pairs (b0, b1), (b2, b3) into w[0], w[1]
+__device__ __forceinline__ uint32_t bfma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ uint32_t bsub2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t badd2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// s rounded to bf16, in both halves
+__device__ __forceinline__ uint32_t bf16x2_of(float s) { return pack_bf16x2(s, s); }
+
+// bf16x2 of (128 + bias, 128 + bias): what bsub2 takes off the biased pairs below
+__host__ __device__ constexpr uint32_t bf16x2_biased(int bias) {
+    return ((0x4300u + uint32_t(bias)) << 16) | (0x4300u + uint32_t(bias));
+}
+
+// The bytes b0..b3 of x (each < 128) as the values f(b - bias), in the pairs w[0] = (v0, v1),
+// w[1] = (v2, v3); B = bf16x2_biased(bias); b - bias is exact, f scales it (Scaled, ScaledOffset,
+// ScaledMin).
 template <class F>
-__device__ __forceinline__ void byte_pairs(uint32_t x, F f, uint32_t* w) {
-    float y[4];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) y[b] = f(magic_byte(x, b));
-    w[0] = pack_bf16x2(y[0], y[1]);
-    w[1] = pack_bf16x2(y[2], y[3]);
+__device__ __forceinline__ void int_pairs(uint32_t x, uint32_t B, const F& f, uint32_t* w) {
+    w[0] = f(bsub2(prmt(x, 0x43u, 0x4140u), B));  // bytes (b0, 0x43, b1, 0x43)
+    w[1] = f(bsub2(prmt(x, 0x43u, 0x4342u), B));
 }
 
-// four IQ4 nibbles (bits 0..15 of s, low first) -> their levels + 128, a byte each, looked up in
-// the generated words with prmt (bit 3 of a nibble picks the upper eight levels)
-__device__ __forceinline__ uint32_t iq4_levels(uint32_t s) {
+// q * d: d rounded to bf16 once per sub-block, the product rounded once
+struct Scaled {
+    uint32_t d;
+    __device__ explicit Scaled(float s) : d(bf16x2_of(s)) {}
+    __device__ uint32_t operator()(uint32_t q) const { return hmul2(q, d); }
+};
+
+// q * d1 - m1 (the K-quants with mins), d1 and m1 rounded to bf16 once per sub-block and the
+// value rounded once (one fma): the two roundings put an error on all 32 values of a sub-block
+// alike, within the tests' bound for Q4_K and Q2_K (1.1-2.7x the errors of ggml's values rounded
+// once, emulated over seeds; docs/BENCHMARKS.md)
+struct ScaledOffset {
+    uint32_t d, c;
+    __device__ ScaledOffset(float d1, float m1) : d(bf16x2_of(d1)), c(bf16x2_of(-m1)) {}
+    __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, d, c); }
+};
+
+// q * d1 - m1 with d1 and m1 each carried as a bf16 pair hi + lo (16 bits, about float32's product
+// of an f16 and a 6-bit scale), the small terms first: the value is rounded once at its own size,
+// within an ulp of ggml's float32 value rounded to bf16. Q5_K's: with ScaledOffset one case of the
+// tests measured 8.5e-3 against the 8e-3 bound (6.2e-3 with ggml's values rounded once). Two more
+// bf16 instructions per pair, on the FMA pipe: Q5_K decodes 30% slower (docs/BENCHMARKS.md).
+struct ScaledMin {
+    uint32_t dh, dl, ch, cl;
+    __device__ ScaledMin(float d1, float m1) {
+        const float h = __bfloat162float(__float2bfloat16_rn(d1)), c = __bfloat162float(__float2bfloat16_rn(-m1));
+        dh = bf16x2_of(h), dl = bf16x2_of(d1 - h), ch = bf16x2_of(c), cl = bf16x2_of(-m1 - c);
+    }
+    __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, dh, badd2(bfma2(q, dl, cl), ch)); }
+};
+
+// four IQ4 nibbles (bits 0..15 of s, low first) -> a byte each of the level table held in the
+// four generated words t0..t3 (bit 3 of a nibble picks the upper eight entries)
+__device__ __forceinline__ uint32_t iq4_lookup(uint32_t s, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
     const uint32_t i = s & 0x7777u;
-    const uint32_t lo = prmt(tb::iq4nl_biased_word0, tb::iq4nl_biased_word1, i);
-    const uint32_t hi = prmt(tb::iq4nl_biased_word2, tb::iq4nl_biased_word3, i);
-    return prmt(lo, hi, ((s >> 1) & 0x4444u) | 0x3210u);
+    return prmt(prmt(t0, t1, i), prmt(t2, t3, i), ((s >> 1) & 0x4444u) | 0x3210u);
 }
 
-// 16 bytes of IQ4 nibbles (value j: low nibble of byte j, value j + 16: its high nibble) times dl,
-// as ggml's dl * kvalues_iq4nl[q]
+// 16 bytes of IQ4 nibbles (value j: low nibble of byte j, value j + 16: its high nibble) times dl:
+// the levels' bf16 bit patterns looked up a byte at a time (exact: small integers), times dl in
+// bf16 (one rounding)
 __device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
+    const Scaled f(dl);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {  // bytes 4k + 2half, 4k + 2half + 1
-            const uint32_t r = iq4_levels(q[k] >> (16 * half));  // v_l, v_l+16, v_l+1, v_l+17 (l = 4k + 2half)
-            float y[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b) y[b] = __fmul_rn(__fsub_rn(magic_byte(r, b), kTwo23 + 128.0f), dl);
-            w[2 * k + half] = pack_bf16x2(y[0], y[2]);
-            w[8 + 2 * k + half] = pack_bf16x2(y[1], y[3]);
+        for (int half = 0; half < 2; ++half) {  // bytes l = 4k + 2half, l + 1: v_l, v_l+16, v_l+1, v_l+17
+            const uint32_t s = q[k] >> (16 * half);
+            const uint32_t lo = iq4_lookup(s, tb::iq4nl_bf16_lo_word0, tb::iq4nl_bf16_lo_word1,
+                                           tb::iq4nl_bf16_lo_word2, tb::iq4nl_bf16_lo_word3);
+            const uint32_t hi = iq4_lookup(s, tb::iq4nl_bf16_hi_word0, tb::iq4nl_bf16_hi_word1,
+                                           tb::iq4nl_bf16_hi_word2, tb::iq4nl_bf16_hi_word3);
+            w[2 * k + half] = f(prmt(lo, hi, 0x6240u));      // (v_l, v_l+1)
+            w[8 + 2 * k + half] = f(prmt(lo, hi, 0x7351u));  // (v_l+16, v_l+17)
         }
     }
 }
@@ -614,14 +679,12 @@ __device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_
     }
 }
 
-// 32 values d1 * q - m1 (ggml's two roundings) from eight words of bytes q (< 2^8, byte l of the
-// unit at byte l % 4 of word l / 4) already scaled by 2^s: d1s = d1 * 2^-s
-__device__ __forceinline__ void k_values(const uint32_t (&q)[8], float d1s, float m1, uint32_t (&w)[16]) {
-    const float c = -d1s * kTwo23;
+// 32 values f(q) = d1 * q - m1 from eight words of bytes q (< 128, byte l of the unit at byte
+// l % 4 of word l / 4)
+template <class F>
+__device__ __forceinline__ void k_values(const uint32_t (&q)[8], const F& f, uint32_t (&w)[16]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        byte_pairs(q[k], [&](float f) { return __fsub_rn(mul_magic(f, d1s, c), m1); }, w + 2 * k);
-    }
+    for (int k = 0; k < 8; ++k) int_pairs(q[k], bf16x2_biased(0), f, w + 2 * k);
 }
 
 // A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
@@ -669,17 +732,23 @@ struct Fast {
 template <>
 struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.33x of the ceiling, Loaded 0.29x
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
         span_words(raw.s, v);
         bytes_at<1, 6, true>(v, raw.o, dq);
         bytes_at<8, 8, true>(v, raw.o + 2, q);
-        const float d = half_bits(dq[0]);
+        // an int8 takes 8 bits, one more than a magic bf16 holds: q as an exact float32 (2^23 + q + 128,
+        // minus 2^23 + 128), whose high half is q in bf16 (exact: |q| <= 128), times d
+        const Scaled f(half_bits(dq[0]));
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const uint32_t x = q[k] ^ 0x80808080u;  // q + 128
-            byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 128.0f), d); }, w + 2 * k);
+            float qf[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) qf[b] = __fsub_rn(magic_byte(x, b), kTwo23 + 128.0f);
+            w[2 * k] = f(prmt(__float_as_uint(qf[0]), __float_as_uint(qf[1]), 0x7632u));
+            w[2 * k + 1] = f(prmt(__float_as_uint(qf[2]), __float_as_uint(qf[3]), 0x7632u));
         }
     }
 };
@@ -701,14 +770,12 @@ struct Fast<Q4_0> : Block18 {
     static constexpr bool kHas = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
-        const float d = split(raw, q);
+        const Scaled f(split(raw, q));
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
 #pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {  // values 4k.. (low nibbles), 16 + 4k.. (high)
-                const uint32_t x = (q[k] >> (4 * hi)) & 0x0F0F0F0Fu;
-                byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 8.0f), d); }, w + 8 * hi + 2 * k);
-            }
+            for (int hi = 0; hi < 2; ++hi)  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
         }
     }
 };
@@ -790,8 +857,8 @@ struct Fast<IQ4_XS> {
 template <>
 struct Fast<Q4_K> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.23x of the ceiling, Loaded 0.21x
-    static constexpr bool kStaged = true;    // H200: 0.27x, faster than both (T=8: 0.30x / 0.22x)
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
+    static constexpr bool kStaged = true;    // H200: 0.44x, faster than both
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -808,12 +875,12 @@ struct Fast<Q4_K> {
         uint32_t sc, mn;
         k4_head_scale_min(raw.head, j, sc, mn);
         const float d1 = half_bits(raw.head.x) * float(sc), m1 = half_bits(raw.head.x >> 16) * float(mn);
-        // the high nibbles stay in place: q * 16, with d1 / 16
-        const uint32_t mask = j & 1 ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
-        const float d1s = j & 1 ? d1 * 0.0625f : d1;
-        const uint32_t q[8] = {raw.q0.x & mask, raw.q0.y & mask, raw.q0.z & mask, raw.q0.w & mask,
-                               raw.q1.x & mask, raw.q1.y & mask, raw.q1.z & mask, raw.q1.w & mask};
-        k_values(q, d1s, m1, w);
+        const int shift = 4 * (j & 1);  // sub-block 2c: low nibbles, 2c + 1: high
+        const uint32_t qs[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+        uint32_t q[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
+        k_values(q, ScaledOffset(d1, m1), w);
     }
 };
 
@@ -822,8 +889,8 @@ struct Fast<Q4_K> {
 template <>
 struct Fast<Q5_K> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.25x of the ceiling, Loaded 0.14x
-    static constexpr bool kStaged = true;    // H200: 0.27x, faster than both (T=8: 0.26x / 0.24x)
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
+    static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
     struct Raw {
         uint4 head, q0, q1, h0, h1;
         uint32_t j;
@@ -848,7 +915,7 @@ struct Fast<Q5_K> {
 #pragma unroll
         for (int k = 0; k < 8; ++k)
             q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
-        k_values(q, d1, m1, w);
+        k_values(q, ScaledMin(d1, m1), w);
     }
 };
 
@@ -858,7 +925,8 @@ struct Fast<Q5_K> {
 template <>
 struct Fast<Q6_K> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.26x of the ceiling, Loaded 0.12x
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
+    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x)
     struct Raw {
         Span<32, 2> ql, qh;
         uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
@@ -883,13 +951,12 @@ struct Fast<Q6_K> {
         bytes_at<8, 6, true>(hw, o, qh);
         const uint32_t scw = raw.sc >> (8 * ((raw.os >> 8) & 3));
         const float d = half_bits(raw.d >> (8 * ((raw.os >> 12) & 3)));
-        const float dl0 = d * float(int8_t(scw & 0xFF)), dl1 = d * float(int8_t((scw >> 8) & 0xFF));
+        const Scaled f0(d * float(int8_t(scw & 0xFF))), f1(d * float(int8_t((scw >> 8) & 0xFF)));
         const int shift = 4 * int(s >> 1), rot = int(4 - 2 * s) & 31;  // bits 2s, 2s + 1 -> 4, 5
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const uint32_t x = ((ql[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x30303030u);
-            const float dl = k < 4 ? dl0 : dl1;
-            byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 32.0f), dl); }, w + 2 * k);
+            int_pairs(x, bf16x2_biased(32), k < 4 ? f0 : f1, w + 2 * k);
         }
     }
 };
@@ -900,7 +967,8 @@ struct Fast<Q6_K> {
 template <>
 struct Fast<Q2_K> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.16x of the ceiling, Loaded 0.13x
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
+    static constexpr bool kStaged = true;    // H200: 0.26x, faster than both
     struct Raw {
         uint32_t q[8];
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
@@ -926,12 +994,10 @@ struct Fast<Q2_K> {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
-            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4), c = -dl * kTwo23;
+            const ScaledOffset f(d * float(sc & 15), dmin * float(sc >> 4));
 #pragma unroll
-            for (int k = 4 * half; k < 4 * half + 4; ++k) {
-                const uint32_t x = (raw.q[k] >> (2 * s)) & 0x03030303u;
-                byte_pairs(x, [&](float f) { return __fsub_rn(mul_magic(f, dl, c), ml); }, w + 2 * k);
-            }
+            for (int k = 4 * half; k < 4 * half + 4; ++k)
+                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, bf16x2_biased(0), f, w + 2 * k);
         }
     }
 };
@@ -943,7 +1009,8 @@ struct Fast<Q2_K> {
 template <>
 struct Fast<Q3_K> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.15x of the ceiling, Loaded 0.06x
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
+    static constexpr bool kStaged = true;    // H200: 0.17x at T=1 (2% faster), 0.17x / 0.14x at T=8
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -972,28 +1039,27 @@ struct Fast<Q3_K> {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t l4 = (low >> (8 * half + 4 * h)) & 15, h2 = (high >> (8 * half + 2 * (2 * h + (s >> 1)))) & 3;
-            const float dl = d * float(int(l4 | h2 << 4) - 32);
+            const Scaled f(d * float(int(l4 | h2 << 4) - 32));
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k) {
                 const uint32_t x = ((qs[k] >> (2 * s)) & 0x03030303u) | (__funnelshift_l(hm[k], hm[k], rot) & 0x04040404u);
-                byte_pairs(x, [&](float f) { return __fmul_rn(__fsub_rn(f, kTwo23 + 4.0f), dl); }, w + 2 * k);
+                int_pairs(x, bf16x2_biased(4), f, w + 2 * k);
             }
         }
     }
 };
 
-// 8 grid magnitudes (bytes of g) with the signs of `signs` (bit j set: value j negative), times db:
-// fl(db * g) exactly as ggml, the sign flipped after (ggml's * -1.f is exact); pairs into w[0..3]
+// 8 grid magnitudes (bytes of g, < 128) with the signs of bits 0..7 of `signs` (bit j set: value
+// j negative), times db in bf16 (one rounding), the sign flipped after as ggml's exact * -1.f;
+// pairs into w[0..3]
 __device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, uint32_t* w) {
-    const float c = -db * kTwo23;
-    float y[8];
+    const Scaled f(db);
+    const uint32_t s = signs & 0xFFu;
+    int_pairs(g.x, bf16x2_biased(0), f, w);
+    int_pairs(g.y, bf16x2_biased(0), f, w + 2);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const float v = mul_magic(magic_byte(j < 4 ? g.x : g.y, j & 3), db, c);
-        y[j] = __uint_as_float(__float_as_uint(v) ^ ((signs << (31 - j)) & 0x80000000u));
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2(y[2 * i], y[2 * i + 1]);
+    for (int i = 0; i < 4; ++i)  // two copies of s, bit 2i at bit 15 and bit 2i + 1 at bit 31 (no carries)
+        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
 }
 
 // IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: 2-byte aligned blocks, d:f16 first, then the sub-block's 8
@@ -1018,6 +1084,7 @@ __device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
 template <>
 struct Fast<IQ2_XXS> {
     static constexpr bool kHas = true;
+    static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.12x
     using Raw = IqHead;
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) { return iq_head<M>(row + int64_t(u >> 3) * 66, u & 7); }
@@ -1036,6 +1103,7 @@ struct Fast<IQ2_XXS> {
 template <>
 struct Fast<IQ2_XS> {
     static constexpr bool kHas = true;
+    static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.14x
     struct Raw {
         IqHead head;
         uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
@@ -1102,7 +1170,8 @@ struct Fast<IQ3_XXS> {
 template <>
 struct Fast<IQ3_S> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200: 0.16x of the ceiling, Loaded 0.15x
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.17x
+    static constexpr bool kStaged = true;    // H200: 0.19x, faster than both
     struct Raw {
         IqHead head;
         uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte

@@ -73,12 +73,15 @@ def header() -> str:
     out.append("// 4-bit code -> value (IQ4_NL/IQ4_XS non-linear levels; MXFP4's e2m1 values doubled)")
     out.append(c_array("int8_t", "iq4nl_values", np.array(quants.IQ4_NL.kvalues, dtype=np.int8)))
     out.append(c_array("int8_t", "mxfp4_values", np.array(quants.MXFP4.kvalues, dtype=np.int8)))
-    # the IQ4 levels + 128 as bytes, four to a word: the CUDA decoders look a nibble up in registers
-    # (prmt), and 2^23 + byte is an exact float (no int8 -> float conversion)
-    biased = (np.array(quants.IQ4_NL.kvalues, dtype=np.int16) + 128).astype(np.uint8)
-    out.append("// iq4nl_values[q] + 128 as byte q % 4 of word q / 4 (little-endian)")
-    for i, w in enumerate(biased.view("<u4")):
-        out.append(f"inline constexpr uint32_t iq4nl_biased_word{i} = 0x{int(w):08X}u;")
+    # the IQ4 levels' bf16 bit patterns (exact: small integers), their low and high bytes each four
+    # to a word: the CUDA decoders look a nibble up in registers (prmt), a byte at a time
+    levels = np.array(quants.IQ4_NL.kvalues, dtype=np.float32)
+    bf16 = (levels.view(np.uint32) >> 16).astype(np.uint16)
+    assert np.array_equal((bf16.astype(np.uint32) << 16).view(np.float32), levels)
+    for part, shift in (("lo", 0), ("hi", 8)):
+        out.append(f"// byte {shift // 8} of bf16(iq4nl_values[q]) as byte q % 4 of word q / 4 (little-endian)")
+        for i, w in enumerate(((bf16 >> shift) & 0xFF).astype(np.uint8).view("<u4")):
+            out.append(f"inline constexpr uint32_t iq4nl_bf16_{part}_word{i} = 0x{int(w):08X}u;")
     out.append("")
     for cname, cls in GRIDS.items():
         g = grid_values(cls)
