@@ -1908,14 +1908,22 @@ def _blob_desc(ix, where):
     return d
 
 
-# kills: _Index.blob 15, 26, 36, 40, 43, 51: each check of a blob descriptor names the path of
-# the offending value in the index (down to .offset / .nbytes) and says what was expected
+# kills: _Index.blob 15, 26, 36, 40, 43, 51 and FtwFile._bank 16, 19, 20, 32, 57: each check of
+# a blob or bank descriptor names the path of the offending value in the index (down to
+# .offset / .nbytes) and says what was expected; exactly MAX_EXPERTS experts are allowed
 @pytest.mark.parametrize("where,key,value,message", [
     ("layers.1.banks.down", "offset", "4096", r"layers\.1\.banks\.down\.offset: expected a non-negative integer, got '4096'"),
     ("tensors.model.norm.weight", "nbytes", -1, r"tensors\.model\.norm\.weight\.nbytes: expected a non-negative integer, got -1"),
     ("attachments.config.json", "xxh3", "0X" + "0" * 14, r"attachments\.config\.json: xxh3 must be 16 lower-case hex digits"),
     ("layers.3.banks.gate_up", "offset", 4097, r"layers\.3\.banks\.gate_up: offset 4097 is not 4096-aligned"),
     ("tensors.scalar", "offset", 1 << 40, r"tensors\.scalar: bytes \[1099511627776, 1099511627784\) outside the data area \[4096, \d+\)"),
+    ("layers.1.banks.down", "shape", [], r"layers\.1\.banks\.down: a bank's shape starts with the expert count"),
+    ("layers.1.banks.down", "codec", "lz4", r"layers\.1\.banks\.down: unknown codec 'lz4'"),
+    # at the limit of experts the shape is taken, and found not to fit the bytes; one more is refused
+    ("layers.1.banks.down", "shape", [spec.MAX_EXPERTS, 64, 32],
+     rf"layers\.1\.banks\.down: 16384 bytes do not hold bf16 \[{spec.MAX_EXPERTS}, 64, 32\]"),
+    ("layers.1.banks.down", "shape", [spec.MAX_EXPERTS + 1, 64, 32],
+     rf"layers\.1\.banks\.down: {spec.MAX_EXPERTS + 1} experts, past the format's limit of {spec.MAX_EXPERTS} \(FORMAT\.md 1\.1\)"),
 ])
 def test_a_bad_blob_descriptor_is_named_by_its_index_path(tmp_path, where, key, value, message):
     from ftw.errors import FormatError
