@@ -1938,3 +1938,46 @@ def test_a_bad_blob_descriptor_is_named_by_its_index_path(tmp_path, where, key, 
     bad = _edited_copy(tmp_path, path, edit)
     with pytest.raises(FormatError, match=rf"^{bad}: index {message}$"):
         ftw.open(bad)
+
+
+# kills: _Index.dtype_shape 8, FtwFile._bank 71, 78, 82, 84 and _layer_id 8: the messages of a
+# bad dtype, row table and layer key name their index path; a compressed bank may claim exactly
+# ZSTD_MAX_RATIO times its stored bytes (the most a zstd frame expands), not one byte more
+def test_bad_dtypes_row_tables_ratios_and_layer_keys_are_named_by_index_path(tmp_path):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "z.ftw"
+    write_sample(path, np.random.default_rng(), level=3)
+    with ftw.open(path) as f:
+        gate_up = f.layers[1]["gate_up"]
+    assert gate_up.codec == "zstd-bytesplit" and gate_up.shape == (4, 64, 64)
+    assert gate_up.raw_nbytes == spec.ZSTD_MAX_RATIO  # one stored byte may claim it all
+
+    def bank(**changes):
+        def edit(ix):
+            ix["layers"]["1"]["banks"]["gate_up"].update(changes)
+        return _edited_copy(tmp_path, path, edit)
+
+    def refused(bad, message):
+        with pytest.raises(FormatError, match=rf"^{bad}: index {message}$"):
+            ftw.open(bad)
+
+    refused(bank(dtype="bf17"), r"layers\.1\.banks\.gate_up: unknown dtype 'bf17'")
+    refused(bank(row_table={"offset": -8, "nbytes": 40, "xxh3": "0" * 16}),
+            r"layers\.1\.banks\.gate_up\.row_table\.offset: expected a non-negative integer, got -8")
+    with ftw.open(path) as f:
+        table = f.layers[1]["gate_up"].row_table
+    refused(bank(row_table={"offset": table.offset, "nbytes": 16, "xxh3": table.xxh3}),
+            r"layers\.1\.banks\.gate_up: row table of 16 bytes for 4 experts")
+    at_ratio = bank(nbytes=1)
+    with ftw.open(at_ratio) as f:  # opens: the ratio holds; the row table no longer partitions it
+        with pytest.raises(FormatError, match=r"row table does not partition the bank's 1 bytes$"):
+            f.expert_row(1, "gate_up", 0)
+    refused(bank(nbytes=1, shape=[4, 64, 65]), r"layers\.1\.banks\.gate_up: 1 compressed bytes cannot hold bf16 \[4, 64, 65\]")
+
+    def leading_zero(ix):
+        for key in ("layers", "layer_quant_formats"):
+            ix[key]["01"] = ix[key].pop("1")
+
+    refused(_edited_copy(tmp_path, path, leading_zero), r"layers\.01: layer keys are decimal layer indices without leading zeros")
