@@ -1940,7 +1940,7 @@ def test_a_bad_blob_descriptor_is_named_by_its_index_path(tmp_path, where, key, 
         ftw.open(bad)
 
 
-# kills: _Index.dtype_shape 8, FtwFile._bank 71, 78, 82, 84 and _layer_id 8: the messages of a
+# kills: _Index.dtype_shape 8, 18, 19 (MAX_DIMS dimensions allowed), FtwFile._bank 71, 78, 82, 84 and _layer_id 8: the messages of a
 # bad dtype, row table and layer key name their index path; a compressed bank may claim exactly
 # ZSTD_MAX_RATIO times its stored bytes (the most a zstd frame expands), not one byte more
 def test_bad_dtypes_row_tables_ratios_and_layer_keys_are_named_by_index_path(tmp_path):
@@ -1981,3 +1981,12 @@ def test_bad_dtypes_row_tables_ratios_and_layer_keys_are_named_by_index_path(tmp
             ix[key]["01"] = ix[key].pop("1")
 
     refused(_edited_copy(tmp_path, path, leading_zero), r"layers\.01: layer keys are decimal layer indices without leading zeros")
+
+    def dims(n):  # the f64 scalar as an array of n dimensions of 1
+        def edit(ix):
+            ix["tensors"]["scalar"]["shape"] = [1] * n
+        return _edited_copy(tmp_path, path, edit)
+
+    with ftw.open(dims(spec.MAX_DIMS)) as f:
+        assert f.tensor("scalar").shape == (1,) * spec.MAX_DIMS
+    refused(dims(spec.MAX_DIMS + 1), rf"tensors\.scalar: shape must be a list of at most {spec.MAX_DIMS} dimensions")
