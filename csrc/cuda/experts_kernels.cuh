@@ -1054,14 +1054,15 @@ inline int device_sms() {
 
 // Warps splitting one row in experts_decode, for a grid of `blocks` blocks (or FTW_CUDA_KSPLIT's).
 // A warp's loads run best in long streams, so as few as put about 8 warps per SM to work, but
-// enough that no warp reads more than 56 4-unit chunks of a row: measured on the H200 against
-// every fixed split (docs/BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x -> 0.81x of
-// the ceiling, fp8_block 0.46x -> 0.53x (at most 4 warps per block for those), qwen3 sizes
-// 2-4 warps per block.
+// enough that no warp reads more than 56 4-unit chunks of a row, and at least 2 (a block of one
+// warp pays the block's routing for one warp's loads; deepseek-v3 fp8_block down: 0.53x of the
+// ceiling with 2, 0.47x with 1). Measured on the H200 against every fixed split (docs/
+// BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x -> 0.82x, fp8_block 0.46x -> 0.53x,
+// qwen3 sizes 2-4 warps per block.
 inline int k_split(int in, int vec, int blocks, int sms) {
     if (const int forced = forced_split("FTW_CUDA_KSPLIT", kMaxKSplit)) return forced;
     const int chunks = (in / vec + 3) / 4;
-    int ks = 1;
+    int ks = 2;
     while (ks < kMaxKSplit && (int64_t(blocks) * ks < 8LL * sms || chunks / ks > 56)) ks *= 2;
     return ks;
 }
