@@ -1833,8 +1833,8 @@ def test_verify_frame_tasks_cover_every_row(tmp_path, monkeypatch):
             f.verify()
 
 
-# kills: FtwFile._fd_open 1, 2 (descriptor 0 taken for closed: a process whose stdin is closed
-# gets 0 for the file it opens)
+# kills: FtwFile._fd_open 1, 2 and close 3, 4 (descriptor 0 taken for closed: a process whose
+# stdin is closed gets 0 for the file it opens, and close() must close it)
 def test_a_file_opened_on_descriptor_0_reads(tmp_path):
     from helpers_container import write_sample
 
@@ -1847,6 +1847,8 @@ def test_a_file_opened_on_descriptor_0_reads(tmp_path):
             assert f._fd == 0
             assert f.attachment("tokenizer.model") == exp.attachments["tokenizer.model"]
             assert f.verify() > 0
+        with pytest.raises(OSError):
+            os.fstat(0)  # closed with the file
     finally:
         os.dup2(saved, 0)
         os.close(saved)
@@ -1940,7 +1942,7 @@ def test_a_bad_blob_descriptor_is_named_by_its_index_path(tmp_path, where, key, 
         ftw.open(bad)
 
 
-# kills: _Index.dtype_shape 8, 18, 19 (MAX_DIMS dimensions allowed), FtwFile._bank 71, 78, 82, 84 and _layer_id 8: the messages of a
+# kills: _Index.dtype_shape 8, 18, 19 (MAX_DIMS dimensions allowed), 26, 30, 31, 37, FtwFile._bank 71, 78, 82, 84 and _layer_id 8: the messages of a
 # bad dtype, row table and layer key name their index path; a compressed bank may claim exactly
 # ZSTD_MAX_RATIO times its stored bytes (the most a zstd frame expands), not one byte more
 def test_bad_dtypes_row_tables_ratios_and_layer_keys_are_named_by_index_path(tmp_path):
@@ -1990,3 +1992,29 @@ def test_bad_dtypes_row_tables_ratios_and_layer_keys_are_named_by_index_path(tmp
     with ftw.open(dims(spec.MAX_DIMS)) as f:
         assert f.tensor("scalar").shape == (1,) * spec.MAX_DIMS
     refused(dims(spec.MAX_DIMS + 1), rf"tensors\.scalar: shape must be a list of at most {spec.MAX_DIMS} dimensions")
+
+    def tensor_shape(shape):
+        def edit(ix):
+            ix["tensors"]["scalar"]["shape"] = shape
+        return _edited_copy(tmp_path, path, edit)
+
+    refused(tensor_shape([1, -1]), r"tensors\.scalar\.shape: expected a non-negative integer, got -1")
+    refused(tensor_shape([1 << 40, 1 << 40]), r"tensors\.scalar: shape \[1099511627776, 1099511627776\] is too large for any array")
+
+
+# kills: ExpertFormat.check_banks 35, 36, 39-42: a layer with some of its format's optional banks
+# (the expert biases) but not all is refused, naming those it has and those it lacks
+def test_a_layer_with_part_of_its_optional_banks_is_refused_naming_both():
+    from ftw.errors import FormatError
+    from ftw.formats.base import get_format
+
+    bf16 = get_format("bf16")
+    H, I = 64, 64  # noqa: E741
+    specs = bf16.banks(H, I, {})
+    optional = [n for n, s in specs.items() if s.optional]
+    assert optional == ["gate_up_bias", "down_bias"]
+    shapes = {n: (s.dtypes[0], s.row_shape) for n, s in specs.items()}
+    bf16.check_banks(shapes, H, I, {}, "here")
+    bf16.check_banks({n: v for n, v in shapes.items() if n not in optional}, H, I, {}, "here")
+    with pytest.raises(FormatError, match=r"^here: bf16 layer has gate_up_bias without down_bias$"):
+        bf16.check_banks({n: v for n, v in shapes.items() if n != "down_bias"}, H, I, {}, "here")
