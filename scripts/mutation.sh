@@ -5,6 +5,11 @@
 #   bash scripts/mutation.sh                      # every core module
 #   bash scripts/mutation.sh 'ftw.layer_ranges*'  # only mutants whose name matches (mutmut globs)
 #   bash scripts/mutation.sh --results            # print the survivors of the last run
+#   bash scripts/mutation.sh --pending 'ftw.container*'  # only matching mutants without a verdict
+#
+# mutmut re-runs EVERY mutant that a name or glob given to it matches, verdict or not (only a
+# run given no names keeps earlier verdicts). --pending passes mutmut the names of the matching
+# mutants that have no verdict yet, so that a run stopped part way resumes where it stopped.
 #
 # It never touches this checkout: it clones HEAD (committed code only) into $FTW_MUT_DIR
 # (default /tmp/ftw-mutation; kept between runs so mutmut resumes where it stopped; delete it to
@@ -52,6 +57,24 @@ cd "$work"
 
 if [ "${1:-}" = "--results" ]; then
     exec "$venv/bin/mutmut" results
+fi
+if [ "${1:-}" = "--pending" ]; then
+    shift
+    if compgen -G "mutants/ftw/*.py.meta" > /dev/null; then  # mutants were generated before
+        mapfile -t pending < <("$venv/bin/python" - "$@" <<'EOF'
+import fnmatch, glob, json, sys
+for meta in sorted(glob.glob("mutants/**/*.py.meta", recursive=True)):
+    for name, code in json.load(open(meta))["exit_code_by_key"].items():
+        if code is None and any(fnmatch.fnmatch(name, g) for g in sys.argv[1:] or ["*"]):
+            print(name)
+EOF
+)
+        if [ ${#pending[@]} -eq 0 ]; then
+            echo "every mutant matching ${*:-*} has a verdict"
+            exec "$venv/bin/mutmut" results
+        fi
+        set -- "${pending[@]}"
+    fi
 fi
 nice -n 19 "$venv/bin/mutmut" run --max-children "$children" "$@"
 "$venv/bin/mutmut" results
