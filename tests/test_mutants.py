@@ -2018,3 +2018,17 @@ def test_a_layer_with_part_of_its_optional_banks_is_refused_naming_both():
     bf16.check_banks({n: v for n, v in shapes.items() if n not in optional}, H, I, {}, "here")
     with pytest.raises(FormatError, match=r"^here: bf16 layer has gate_up_bias without down_bias$"):
         bf16.check_banks({n: v for n, v in shapes.items() if n != "down_bias"}, H, I, {}, "here")
+
+
+# kills: get_format 3 and Activation.validate 5: an unknown format or activation is refused
+# listing the known ones, comma separated
+def test_unknown_formats_and_activations_list_the_known_ones():
+    from ftw.errors import FormatError
+    from ftw.formats.base import FORMATS, get_format
+    from ftw.formats.layer import ACTIVATIONS
+
+    with pytest.raises(UnsupportedError, match=rf"^layer format 'nope' is not known to this ftw \(known: {', '.join(FORMATS)}\)$"):
+        get_format("nope")
+    assert len(FORMATS) > 2 and list(ACTIVATIONS) == ["silu", "swiglu_oai"]
+    with pytest.raises(FormatError, match=r"^activation: kind 'gelu' is not an activation ftw knows \(silu, swiglu_oai\)$"):
+        Activation("gelu")
