@@ -2032,3 +2032,31 @@ def test_unknown_formats_and_activations_list_the_known_ones():
     assert len(FORMATS) > 2 and list(ACTIVATIONS) == ["silu", "swiglu_oai"]
     with pytest.raises(FormatError, match=r"^activation: kind 'gelu' is not an activation ftw knows \(silu, swiglu_oai\)$"):
         Activation("gelu")
+
+
+# kills: Selection.from_json 3, 9, 11, 14 (experts_only absent reads as false), 18, 20 (every
+# layer of the list a non-negative int), 25, 28 (the messages)
+def test_the_selection_record_is_read_strictly_with_experts_only_defaulting_to_false(tmp_path):
+    from ftw.container import Selection
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+
+    def with_selection(value):
+        def edit(ix):
+            ix["selection"] = value
+        return _edited_copy(tmp_path, path, edit)
+
+    with ftw.open(with_selection({"layers": [3]})) as f:
+        assert f.selection == Selection((3,), False) and f.selection.partial
+    for value, message in [
+        ("layers 3", "must be an object"),
+        ({"layers": [3, -1], "experts_only": False}, "layers must be null or a list of layer indices"),
+        ({"layers": [3, True]}, "layers must be null or a list of layer indices"),
+        ({"layers": None, "experts_only": "yes"}, "experts_only must be true or false"),
+    ]:
+        bad = with_selection(value)
+        with pytest.raises(FormatError, match=rf"^{bad}: index selection: {message}$"):
+            ftw.open(bad)
