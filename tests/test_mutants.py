@@ -2060,3 +2060,39 @@ def test_the_selection_record_is_read_strictly_with_experts_only_defaulting_to_f
         bad = with_selection(value)
         with pytest.raises(FormatError, match=rf"^{bad}: index selection: {message}$"):
             ftw.open(bad)
+
+
+# kills: FtwFile._parse 22 (a provenance that is not an object read as {}), 28 (the selection's
+# errors name the file), 40, 42, 53, 55 (a missing layers or layer_quant_formats is an empty
+# object, docs/FORMAT.md), 45 (its path named), 62, 63 (MAX_LAYERS layers are parsed, one more
+# is refused at once, naming "layers")
+def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
+    from ftw.errors import FormatError
+    from helpers_container import write_sample
+
+    path = tmp_path / "m.ftw"
+    exp = write_sample(path, np.random.default_rng())
+
+    def edited(edit):
+        return _edited_copy(tmp_path, path, edit)
+
+    def no_layers(ix):
+        del ix["layers"], ix["layer_quant_formats"]
+        ix["provenance"] = ["not", "an", "object"]
+
+    with ftw.open(edited(no_layers)) as f:
+        assert f.layers == {} and f.layer_formats == {} and f.provenance == {}
+        assert f.attachment("config.json") == exp.attachments["config.json"]
+
+    def refused(edit, message):
+        bad = edited(edit)
+        with pytest.raises(FormatError, match=rf"^{bad}: index {message}$"):
+            ftw.open(bad)
+
+    refused(lambda ix: ix.update(layer_quant_formats=[]), "layer_quant_formats: expected an object")
+    refused(lambda ix: ix.update(selection=[3]), "selection: must be an object")
+    # exactly the limit: parsed (and the first layer found without a format); one more: refused
+    refused(lambda ix: ix.update(layers={str(i): {} for i in range(spec.MAX_LAYERS)}),
+            "layers.0: has no entry in layer_quant_formats")
+    refused(lambda ix: ix.update(layers={str(i): {} for i in range(spec.MAX_LAYERS + 1)}),
+            rf"layers: {spec.MAX_LAYERS + 1} layers, past the format's limit of {spec.MAX_LAYERS} \(FORMAT\.md 1\.1\)")
