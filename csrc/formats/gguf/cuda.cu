@@ -20,10 +20,12 @@
 // from the start (int_pairs: a small integer is exact in bf16, the sub-block's scale is applied by
 // one bf16x2 multiply or fma): the value is the integer times the scale rounded to bf16, rounded
 // once, so it is within about 2^-8 of ggml's float32 value (relative) rather than 2^-9, and the
-// scale's rounding is shared by the sub-block's values (for the types with mins, Q4_K and Q2_K,
-// the min's rounding too: ScaledOffset). Q5_K carries scale and min as bf16 pairs hi + lo
-// (ScaledMin), its values within an ulp of ggml's float32 value rounded to bf16, at a speed cost
-// (see ScaledMin). Q8_0 takes its integer through an exact float32 (8 bits do not fit
+// scale's rounding is shared by the sub-block's values. The types with mins (Q4_K, Q5_K, Q2_K)
+// carry scale and min as bf16 pairs hi + lo (ScaledMin), their values within an ulp of ggml's
+// float32 value rounded to bf16, at a speed cost: with scale and min rounded once (ScaledOffset)
+// Q4_K ran 0.44x of the ceiling instead of 0.31x, but `ftw check --runtime cuda` measured 1.4e-2
+// and 1.6e-2 on the Q4_K samples (glm4moe, qwen3moe) against 7.8-9.5e-3, too near its 2e-2 bound
+// for the most common type (docs/BENCHMARKS.md). Q8_0 takes its integer through an exact float32 (8 bits do not fit
 // a bf16 magic); MXFP4's values are exact in bf16, as in the mxfp4 format. Either way the error of
 // a dot product averages out to a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the
 // tolerance).
@@ -597,7 +599,7 @@ __host__ __device__ constexpr uint32_t bf16x2_biased(int bias) {
 }
 
 // The bytes b0..b3 of x (each < 128) as the values f(b - bias), in the pairs w[0] = (v0, v1),
-// w[1] = (v2, v3); B = bf16x2_biased(bias); b - bias is exact, f scales it (Scaled, ScaledOffset,
+// w[1] = (v2, v3); B = bf16x2_biased(bias); b - bias is exact, f scales it (Scaled,
 // ScaledMin).
 template <class F>
 __device__ __forceinline__ void int_pairs(uint32_t x, uint32_t B, const F& f, uint32_t* w) {
@@ -612,21 +614,13 @@ struct Scaled {
     __device__ uint32_t operator()(uint32_t q) const { return hmul2(q, d); }
 };
 
-// q * d1 - m1 (the K-quants with mins), d1 and m1 rounded to bf16 once per sub-block and the
-// value rounded once (one fma): the two roundings put an error on all 32 values of a sub-block
-// alike, within the tests' bound for Q4_K and Q2_K (1.1-2.7x the errors of ggml's values rounded
-// once, emulated over seeds; docs/BENCHMARKS.md)
-struct ScaledOffset {
-    uint32_t d, c;
-    __device__ ScaledOffset(float d1, float m1) : d(bf16x2_of(d1)), c(bf16x2_of(-m1)) {}
-    __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, d, c); }
-};
-
-// q * d1 - m1 with d1 and m1 each carried as a bf16 pair hi + lo (16 bits, about float32's product
-// of an f16 and a 6-bit scale), the small terms first: the value is rounded once at its own size,
-// within an ulp of ggml's float32 value rounded to bf16. Q5_K's: with ScaledOffset one case of the
-// tests measured 8.5e-3 against the 8e-3 bound (6.2e-3 with ggml's values rounded once). Two more
-// bf16 instructions per pair, on the FMA pipe: Q5_K decodes 30% slower (docs/BENCHMARKS.md).
+// q * d1 - m1 (the K-quants with mins) with d1 and m1 each carried as a bf16 pair hi + lo (16
+// bits, about float32's product of an f16 and a 6-bit scale), the small terms first: the value is
+// rounded once at its own size, within an ulp of ggml's float32 value rounded to bf16. With d1 and
+// m1 rounded to bf16 once (one fma per pair, "ScaledOffset"; measured on the H200, then dropped)
+// the two roundings put one error on all 32 values of a sub-block: a Q5_K test case measured
+// 8.5e-3 against the 8e-3 bound, the Q4_K samples' `ftw check` 1.4-1.6e-2 against 2e-2. These two
+// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md).
 struct ScaledMin {
     uint32_t dh, dl, ch, cl;
     __device__ ScaledMin(float d1, float m1) {
@@ -858,7 +852,7 @@ template <>
 struct Fast<Q4_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
-    static constexpr bool kStaged = true;    // H200: 0.44x, faster than both
+    static constexpr bool kStaged = true;    // H200: 0.31x (0.44x with ScaledOffset), faster than both
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -880,7 +874,7 @@ struct Fast<Q4_K> {
         uint32_t q[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
-        k_values(q, ScaledOffset(d1, m1), w);
+        k_values(q, ScaledMin(d1, m1), w);
     }
 };
 
@@ -968,7 +962,7 @@ template <>
 struct Fast<Q2_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
-    static constexpr bool kStaged = true;    // H200: 0.26x, faster than both
+    static constexpr bool kStaged = true;    // H200: 0.17x (0.26x with ScaledOffset), faster than both
     struct Raw {
         uint32_t q[8];
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
@@ -994,7 +988,7 @@ struct Fast<Q2_K> {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
-            const ScaledOffset f(d * float(sc & 15), dmin * float(sc >> 4));
+            const ScaledMin f(d * float(sc & 15), dmin * float(sc >> 4));
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k)
                 int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, bf16x2_biased(0), f, w + 2 * k);
