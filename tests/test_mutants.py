@@ -2064,8 +2064,8 @@ def test_the_selection_record_is_read_strictly_with_experts_only_defaulting_to_f
 
 # kills: FtwFile._parse 22 (a provenance that is not an object read as {}), 28 (the selection's
 # errors name the file), 40, 42, 53, 55 (a missing layers or layer_quant_formats is an empty
-# object, docs/FORMAT.md), 45 (its path named), 62, 63 (MAX_LAYERS layers are parsed, one more
-# is refused at once, naming "layers")
+# object, docs/FORMAT.md), 45 (its path named), 62, 63, 67, 68 (MAX_LAYERS layers are parsed, one
+# more is refused at once, naming "layers"), 78, 82, 96, 118, 127 (the paths in other messages)
 def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
     from ftw.errors import FormatError
     from helpers_container import write_sample
@@ -2091,6 +2091,11 @@ def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
 
     refused(lambda ix: ix.update(layer_quant_formats=[]), "layer_quant_formats: expected an object")
     refused(lambda ix: ix.update(selection=[3]), "selection: must be an object")
+    refused(lambda ix: ix["layers"].update({"1": []}), r"layers\.1: expected an object")
+    refused(lambda ix: ix["layers"]["1"]["banks"]["down"].update(shape=[8, 64, 16]),  # its bytes still fit
+            r"layers\.1: banks disagree on the expert count: \[4, 8\]")
+    refused(lambda ix: ix["layer_quant_formats"].update({"7": {"name": "bf16", "options": {}}}),
+            "layer_quant_formats: layer 7 has a format but no banks")
     # exactly the limit: parsed (and the first layer found without a format); one more: refused
     refused(lambda ix: ix.update(layers={str(i): {} for i in range(spec.MAX_LAYERS)}),
             "layers.0: has no entry in layer_quant_formats")
