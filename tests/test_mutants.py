@@ -2065,7 +2065,8 @@ def test_the_selection_record_is_read_strictly_with_experts_only_defaulting_to_f
 # kills: FtwFile._parse 22 (a provenance that is not an object read as {}), 28 (the selection's
 # errors name the file), 40, 42, 53, 55 (a missing layers or layer_quant_formats is an empty
 # object, docs/FORMAT.md), 45 (its path named), 62, 63, 67, 68 (MAX_LAYERS layers are parsed, one
-# more is refused at once, naming "layers"), 78, 82, 96, 118, 127 (the paths in other messages)
+# more is refused at once, naming "layers"), 78, 82, 96, 118, 127 (the paths in other messages),
+# 141, 143 (a missing tensors or attachments section is empty too)
 def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
     from ftw.errors import FormatError
     from helpers_container import write_sample
@@ -2077,12 +2078,20 @@ def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
         return _edited_copy(tmp_path, path, edit)
 
     def no_layers(ix):
-        del ix["layers"], ix["layer_quant_formats"]
+        del ix["layers"], ix["layer_quant_formats"], ix["tensors"]
         ix["provenance"] = ["not", "an", "object"]
 
     with ftw.open(edited(no_layers)) as f:
-        assert f.layers == {} and f.layer_formats == {} and f.provenance == {}
+        assert f.layers == {} and f.layer_formats == {} and f.tensors == {} and f.provenance == {}
         assert f.attachment("config.json") == exp.attachments["config.json"]
+
+    def no_attachments(ix):
+        del ix["attachments"]
+        ix["tensors"]["scalar"]["meta"] = "not an object"
+
+    with ftw.open(edited(no_attachments)) as f:
+        assert f.attachments == {} and f.tensors["scalar"].meta == {}
+        assert f.tensor("scalar") == exp.tensors["scalar"]
 
     def refused(edit, message):
         bad = edited(edit)
@@ -2091,6 +2100,10 @@ def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
 
     refused(lambda ix: ix.update(layer_quant_formats=[]), "layer_quant_formats: expected an object")
     refused(lambda ix: ix.update(selection=[3]), "selection: must be an object")
+    refused(lambda ix: ix.update(tensors=[]), "tensors: expected an object")
+    refused(lambda ix: ix.update(attachments=[]), "attachments: expected an object")
+    refused(lambda ix: ix["tensors"].update(scalar=[]), r"tensors\.scalar: expected an object")
+    refused(lambda ix: ix["tensors"]["scalar"].update(shape=[2]), r"tensors\.scalar: 8 bytes do not hold f64 \[2\]")
     refused(lambda ix: ix["layers"].update({"1": []}), r"layers\.1: expected an object")
     refused(lambda ix: ix["layers"]["1"]["banks"]["down"].update(shape=[8, 64, 16]),  # its bytes still fit
             r"layers\.1: banks disagree on the expert count: \[4, 8\]")
