@@ -2114,3 +2114,43 @@ def test_index_sections_missing_or_odd_read_as_the_format_says(tmp_path):
             "layers.0: has no entry in layer_quant_formats")
     refused(lambda ix: ix.update(layers={str(i): {} for i in range(spec.MAX_LAYERS + 1)}),
             rf"layers: {spec.MAX_LAYERS + 1} layers, past the format's limit of {spec.MAX_LAYERS} \(FORMAT\.md 1\.1\)")
+
+
+# kills: FtwFile._pread 8, 10 (an OS error or a short read while opening names the file and the
+# offset: stand-in preads, EIO and one byte short) and _read_index 7 (a file of exactly
+# MIN_FILE_NBYTES, a preamble page and a footer around an empty index, is not "too small": it
+# gets as far as its index), 48 (the index range in the message)
+def test_opening_names_read_errors_and_the_smallest_file_reaches_its_index(tmp_path, monkeypatch):
+    import errno
+
+    import xxhash
+    from ftw.errors import FormatError
+    from helpers_container import footer, seal_footer, write_sample, with_footer
+
+    path = tmp_path / "m.ftw"
+    write_sample(path, np.random.default_rng())
+    data = path.read_bytes()
+    f0 = footer(data)
+    smallest = tmp_path / "smallest.ftw"
+    smallest.write_bytes(data[: spec.ALIGNMENT] + seal_footer(
+        {**f0, "index_offset": spec.ALIGNMENT, "index_nbytes": 0, "index_xxh3": xxhash.xxh3_64_intdigest(b"")}))
+    assert os.path.getsize(smallest) == spec.MIN_FILE_NBYTES
+    with pytest.raises(FormatError, match=rf"^{smallest}: index is not valid JSON"):
+        ftw.open(smallest)
+    shifted = tmp_path / "shifted.ftw"
+    shifted.write_bytes(with_footer(data, index_offset=f0["index_offset"] - 8))
+    end = f0["index_offset"] - 8 + f0["index_nbytes"]
+    with pytest.raises(FormatError, match=rf"^{shifted}: index \[{f0['index_offset'] - 8}, {end}\) must end where the footer starts \({len(data) - spec.FOOTER.size}\); truncated or appended to\?$"):
+        ftw.open(shifted)
+
+    real_pread = os.pread
+
+    def failing_pread(fd, n, offset):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "pread", failing_pread)
+    with pytest.raises(FtwError, match=rf"^{path}: cannot read at offset 0: {os.strerror(errno.EIO)}$"):
+        ftw.open(path)
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: real_pread(fd, n, offset)[:-1])
+    with pytest.raises(FormatError, match=rf"^{path}: short read at offset 0$"):
+        ftw.open(path)
