@@ -2154,3 +2154,20 @@ def test_opening_names_read_errors_and_the_smallest_file_reaches_its_index(tmp_p
     monkeypatch.setattr(os, "pread", lambda fd, n, offset: real_pread(fd, n, offset)[:-1])
     with pytest.raises(FormatError, match=rf"^{path}: short read at offset 0$"):
         ftw.open(path)
+
+
+# kills: ExpertFormat.check_options 8 (a legacy option skipped when reading, and the options
+# after it still checked), 9, 10, 12 (an unknown option's message lists the format's options,
+# comma separated, or says "none")
+def test_options_after_a_legacy_one_are_checked_and_unknown_ones_list_the_choices():
+    from ftw.errors import FormatError
+
+    legacy_first = {"name": "ds_fp4", "options": {"swiglu_limit": 7.0, "act_block": 0}}
+    with pytest.raises(FormatError, match=r"^here: ds_fp4 option 'act_block' must be "):
+        LayerFormat.from_json(legacy_first, "here")
+    ok = LayerFormat.from_json({"name": "ds_fp4", "options": {"swiglu_limit": 7.0, "act_block": 64}}, "here")
+    assert dict(ok.options) == {"swiglu_limit": 7.0, "act_block": 64}
+    with pytest.raises(FormatError, match=r"^here: ds_fp4 has no option 'block' \(options: act_block, scale_fmt\)$"):
+        LayerFormat.of("ds_fp4", {"block": 1}, "here")
+    with pytest.raises(FormatError, match=r"^here: bf16 has no option 'block' \(options: none\)$"):
+        LayerFormat.of("bf16", {"block": 1}, "here")
