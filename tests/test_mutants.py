@@ -2157,8 +2157,8 @@ def test_opening_names_read_errors_and_the_smallest_file_reaches_its_index(tmp_p
 
 
 # kills: ExpertFormat.check_options 8 (a legacy option skipped when reading, and the options
-# after it still checked), 9, 10, 12 (an unknown option's message lists the format's options,
-# comma separated, or says "none")
+# after it still checked), 9, 10, 12-14 (an unknown option's message lists the format's options,
+# comma separated, or says "none"), 32-35 (the alternatives a GGUF layer needs, and a required option)
 def test_options_after_a_legacy_one_are_checked_and_unknown_ones_list_the_choices():
     from ftw.errors import FormatError
 
@@ -2171,3 +2171,7 @@ def test_options_after_a_legacy_one_are_checked_and_unknown_ones_list_the_choice
         LayerFormat.of("ds_fp4", {"block": 1}, "here")
     with pytest.raises(FormatError, match=r"^here: bf16 has no option 'block' \(options: none\)$"):
         LayerFormat.of("bf16", {"block": 1}, "here")
+    with pytest.raises(FormatError, match=r"^here: gguf needs options gate_up_type\+down_type or gate_type\+up_type\+down_type$"):
+        LayerFormat.of("gguf", {"down_type": "Q4_K"}, "here")
+    with pytest.raises(FormatError, match=r"^here: affine needs option 'bits' \(bits per value\)$"):
+        LayerFormat.of("affine", {"group_size": 64}, "here")
