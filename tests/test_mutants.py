@@ -2175,3 +2175,27 @@ def test_options_after_a_legacy_one_are_checked_and_unknown_ones_list_the_choice
         LayerFormat.of("gguf", {"down_type": "Q4_K"}, "here")
     with pytest.raises(FormatError, match=r"^here: affine needs option 'bits' \(bits per value\)$"):
         LayerFormat.of("affine", {"group_size": 64}, "here")
+
+
+# kills: loader._check_fits 11 (banks that need exactly the machine's memory are loaded; one
+# byte less memory and they are refused, naming the file and both sizes). A stand-in sysconf
+# reports the memory: 1-byte pages, as many as the test needs
+def test_load_needing_exactly_the_machines_memory_goes_ahead(mixed_file, monkeypatch):
+    path, expected, _ = mixed_file
+    with ftw.open(path) as f:
+        need = sum(b.raw_nbytes for banks in f.layers.values() for b in banks.values())
+        nlayers = len(f.layers)
+    real_sysconf = os.sysconf
+
+    def memory(nbytes):
+        return lambda name: {"SC_PHYS_PAGES": nbytes, "SC_PAGE_SIZE": 1}.get(name) or real_sysconf(name)
+
+    monkeypatch.setattr(os, "sysconf", memory(need))
+    eb = load_expert_banks(path)
+    for layer, arrays in expected.items():
+        for name, a in arrays.items():
+            assert np.array_equal(eb.banks[name][layer], a), (name, layer)
+    monkeypatch.setattr(os, "sysconf", memory(need - 1))
+    with pytest.raises(FtwError, match=rf"^{path}: the banks of {nlayers} layer\(s\) take {need} bytes decoded, more than "
+                                       rf"this machine's {need - 1} bytes of memory$"):
+        load_expert_banks(path)
