@@ -62,6 +62,8 @@ VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (regist
             "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
             "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1
             "gguf-table": {"FTW_GGUF_CUDA_DECODER": "table"}}  # the table-driven decoder
+# decode cases: (T, every token routed to the same experts)
+CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
 VARIANTS.update({f"ks{n}": {"FTW_CUDA_DECODE": "classic", "FTW_CUDA_KSPLIT": str(n)} for n in (1, 2, 4, 8)})
 VARIANTS.update({f"sks{n}": {"FTW_CUDA_DECODE": "staged", "FTW_CUDA_STAGED_KSPLIT": str(n)} for n in (1, 2, 4)})
@@ -391,7 +393,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--no-prefill", action="store_true")
-    ap.add_argument("--cases", default="1,8same,8indep", help="decode cases to time (T=1; T=8 same or independent experts)")
+    ap.add_argument("--cases", default="1,8same,8indep", help="decode cases to time: " + ",".join(CASES))
     ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
     ap.add_argument("--accuracy", action="store_true", help="also measure errors against float64")
     ap.add_argument("--variants", default="",
@@ -419,6 +421,10 @@ def main() -> None:
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"--variants: unknown {v!r} (known: {', '.join(VARIANTS)})")
+    for c in args.cases.split(","):
+        if c not in CASES:
+            ap.error(f"--cases: unknown {c!r} (known: {', '.join(CASES)})")
+    cases = [CASES[c] for c in args.cases.split(",")]
     for size in args.sizes.split(","):
         H, I, E = SIZES[size]  # noqa: E741
         for name in args.formats.split(","):
@@ -426,8 +432,7 @@ def main() -> None:
             layer_bytes = expert_nbytes(view) * E
             assert layer_bytes >= 4 * L2_BYTES, (size, name, layer_bytes)
             ceiling_buf = torch.empty(layer_bytes // 16 * 16, dtype=torch.uint8, device=dev).random_(0, 255)
-            cases = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
-            for T, same in (cases[c] for c in args.cases.split(",")):
+            for T, same in cases:
                 r = bench_decode(view, H, I, E, T, same, dev, args.replays, ceiling_buf, sink, variants)
                 r.update(size=size, format=name)
                 res["decode"].append(r)

@@ -1056,9 +1056,9 @@ inline int device_sms() {
 // A warp's loads run best in long streams, so as few as put about 8 warps per SM to work, but
 // enough that no warp reads more than 56 4-unit chunks of a row, and at least 2 (a block of one
 // warp pays the block's routing for one warp's loads; deepseek-v3 fp8_block down: 0.53x of the
-// ceiling with 2, 0.47x with 1). Measured on the H200 against every fixed split (docs/
-// BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x -> 0.82x, fp8_block 0.46x -> 0.53x,
-// qwen3 sizes 2-4 warps per block.
+// ceiling with 2 warps in both phases, 0.47x with 1 in down). Measured on the H200 against every
+// fixed split, then as the rule (docs/BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x ->
+// 0.82x, fp8_block 0.46x -> 0.49x; qwen3 sizes take 2-4 warps per block.
 inline int k_split(int in, int vec, int blocks, int sms) {
     if (const int forced = forced_split("FTW_CUDA_KSPLIT", kMaxKSplit)) return forced;
     const int chunks = (in / vec + 3) / 4;
@@ -1077,8 +1077,8 @@ inline bool programmatic_launch() {
 // The staged decode kernel's launch: KS warps per block, the smallest of 1, 2, 4 that puts about
 // 7 warps per SM to work when the step's experts are as few as top_k and gives no warp more than
 // 16 chunks of a row (or FTW_CUDA_STAGED_KSPLIT's, as far as the row has 2 chunks per warp); the
-// grid is what fits on
-// the GPU at once (occupancy), trimmed so that every block serves the same number of items.
+// grid is what fits on the GPU at once (occupancy), trimmed so that every block serves the same
+// number of items.
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     const auto kernel = experts_decode_staged<Dec, PH, S>;
