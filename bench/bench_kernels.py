@@ -57,7 +57,7 @@ L2_BYTES = 60 << 20
 VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (register-fed) for every format
             "staged": {"FTW_CUDA_DECODE": "staged"},  # experts_decode_staged for every format
             "nopdl": {"FTW_CUDA_PDL": "0"},  # staged phase 1 launched after phase 0 completes
-            # gguf (csrc/formats/gguf/cuda.cu): every type with a decoder of its own one way
+            # gguf (csrc/formats/gguf/decoders.cuh): every type with a decoder of its own one way
             "gguf-staged": {"FTW_GGUF_CUDA_DECODER": "staged"},  # experts_decode_staged (shared memory)
             "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
             "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not rt.cuda_experts_formats(), reason="ftw._runt
 
 BASE = 1 << 40  # a 4 KiB-aligned address; never read: every call here is refused first
 CUDA_FORMATS = ["bf16", "ds_fp4", "fp8_block", "gguf", "mxfp4", "mxfp8", "nvfp4"]
-# the ggml types csrc/formats/gguf/cuda.cu decodes (issue 14: every type the CPU executor has,
+# the ggml types csrc/formats/gguf/ (decoders.cuh) decodes (issue 14: every type the CPU executor has,
 # less the float ones)
 GGML_CUDA_TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q5_K", "Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1",
                    "Q2_K", "Q3_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"]

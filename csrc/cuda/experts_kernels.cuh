@@ -1169,28 +1169,44 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
     experts_decode<C, PH, NT><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
 }
 
-// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
-// Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
-// reuse every decoded weight across the 64 pairs. DecDown: down's decoder where it differs from
-// gate_up's (gguf picks one per projection from the layer's ggml types).
+// Prefill's tiles (experts_proj): MT m-tiles of 16 pairs of one expert, NT 8-row n-tiles per
+// warp, RG warps per block (4 warps each own 16 rows and reuse every decoded weight across the
+// 64 pairs).
+constexpr int kProjMT = 4, kProjNT = 2, kProjRG = 4;
+
+// Decode (T <= 8, T * K <= 128): blocks find their expert themselves. Prefill: the routing kernel
+// first makes tiles of 64 pairs of one expert (begin_step).
+inline bool decode_step(const KernelParams& p) { return p.T * p.K <= kDecodeMaxPairs && p.T <= 8; }
+
+inline void begin_step(const KernelParams& p, cudaStream_t stream) {
+    if (!decode_step(p)) launch_route(p, 16 * kProjMT, stream);
+}
+
+// One phase of a layer-step, after begin_step: 0 = gate_up + activation, 1 = down + weighted sum.
+// A projection's decoder is chosen on its own (gguf's gate_up and down types differ), so a
+// format with one decoder per type can compile each type's phases in a translation unit of its
+// own (csrc/formats/gguf/build.cmake).
+template <class Dec, int PH>
+void launch_phase(const KernelParams& p, cudaStream_t stream) {
+    if (decode_step(p)) {
+        launch_decode<Dec, PH>(p, stream);
+    } else {
+        using C = typename ClassicOf<Dec>::type;
+        const int tiles = max_tiles(p.T * p.K, 16 * kProjMT, p.num_experts);
+        const int rows = PH == 0 ? kProjRG * kProjNT * 4 : kProjRG * kProjNT * 8;  // per block
+        const dim3 grid(((PH == 0 ? p.I : p.H) + rows - 1) / rows, tiles);
+        experts_proj<C, PH, kProjMT, kProjNT, kProjRG><<<grid, 32 * kProjRG, 0, stream>>>(p);
+    }
+    check_launch(PH == 0 ? "gate_up kernel" : "down kernel");
+}
+
+// A layer-step: two launches (decode), or the routing kernel and two launches (prefill).
+// DecDown: down's decoder where it differs from gate_up's.
 template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
-    const int pairs = p.T * p.K;
-    if (pairs <= kDecodeMaxPairs && p.T <= 8) {
-        launch_decode<Dec, 0>(p, stream);
-        check_launch("gate_up kernel");
-        launch_decode<DecDown, 1>(p, stream);
-        check_launch("down kernel");
-    } else {
-        constexpr int MT = 4, NT = 2, RG = 4;
-        launch_route(p, 16 * MT, stream);
-        const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
-        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<typename ClassicOf<Dec>::type, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
-        check_launch("gate_up kernel");
-        experts_proj<typename ClassicOf<DecDown>::type, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
-        check_launch("down kernel");
-    }
+    begin_step(p, stream);
+    launch_phase<Dec, 0>(p, stream);
+    launch_phase<DecDown, 1>(p, stream);
 }
 
 // ---- registration ---------------------------------------------------------------------------

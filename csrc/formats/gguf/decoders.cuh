@@ -1,0 +1,1363 @@
+// GGUF experts on the GPU: raw ggml rows, a ggml type per projection (gate, up, down), read from
+// the slots as the file stores them. A 32-value unit of a row is one sub-block of its ggml block
+// (a whole block for the 32-value types, one eighth of a 256-value K/IQ super-block).
+//
+// Two kinds of decoder, from the one type list below (FTW_GGML_CUDA_TYPES):
+// - TypedDecoder<T> (a Fast<T> specialisation per type): a projection whose rows are all of type T
+//   (gate and up both, or down) and whose bank sits on 16-byte boundaries runs a kernel made for
+//   T, which decodes without int -> float conversions from the unit's bytes, had in one of three
+//   ways: copied with the row's chunk into shared memory by cp.async (decode's staged kernel,
+//   StagedRows), or a ring stage ahead in registers, or in the L1 for the types whose bytes would
+//   not fit (the register-fed kernels: Fast<T>::kPrefetch). 14 types; Q5_0, Q4_1, Q5_1 have none.
+// - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
+//   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
+// The launch (cuda.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
+// table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
+//
+// Build: this header holds the decoders; each type's kernels are compiled in one of kSlices
+// translation units that build.cmake generates (slice.cuh), which register the type's launcher
+// with the launch, so the types compile in parallel (one unit held them all: 158 s of a 175 s
+// build on 16 cores).
+//
+// Numerics. The table-driven decoder computes a unit's 32 floats exactly as ggml's
+// dequantize_row_* does (bit-exact float32: products rounded in ggml's order, no FMA
+// contraction), then rounds them to bf16 for the tensor cores. The typed decoders compute in bf16
+// from the start (int_pairs: a small integer is exact in bf16, the sub-block's scale is applied by
+// one bf16x2 multiply or fma): the value is the integer times the scale rounded to bf16, rounded
+// once, so it is within about 2^-8 of ggml's float32 value (relative) rather than 2^-9, and the
+// scale's rounding is shared by the sub-block's values. The types with mins (Q4_K, Q5_K, Q2_K)
+// carry scale and min as bf16 pairs hi + lo (ScaledMin), their values within an ulp of ggml's
+// float32 value rounded to bf16, at a speed cost: with scale and min rounded once (ScaledOffset)
+// Q4_K ran 0.44x of the ceiling instead of 0.31x, but `ftw check --runtime cuda` measured 1.4e-2
+// and 1.6e-2 on the Q4_K samples (glm4moe, qwen3moe) against 7.8-9.5e-3, too near its 2e-2 bound
+// for the most common type (docs/BENCHMARKS.md). Q8_0 takes its integer through an exact float32 (8 bits do not fit
+// a bf16 magic); MXFP4's values are exact in bf16, as in the mxfp4 format. Either way the error of
+// a dot product averages out to a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the
+// tolerance).
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/errors.h"
+#include "cuda/experts.h"
+#include "cuda/experts_kernels.cuh"
+
+// the grids and value tables in global memory read through the L1 (lanes index them divergently,
+// which constant memory would serialise)
+#define FTW_GGML_TABLE static __device__ __align__(16) const
+#include "ggml_tables.h"
+
+namespace ftw::cuda {
+namespace {
+
+namespace tb = ::ftw::ggml::tables;
+
+// The types with a CUDA decoder, most common first: the one list (host table and device switch).
+#define FTW_GGML_CUDA_TYPES(X)                                                                       \
+    X(Q8_0) X(Q4_K) X(Q6_K) X(Q5_K) X(Q4_0) X(MXFP4) X(IQ4_NL) X(IQ4_XS) X(Q5_0) X(Q4_1) X(Q5_1)   \
+    X(Q2_K) X(Q3_K) X(IQ2_XXS) X(IQ2_XS) X(IQ3_XXS) X(IQ3_S)
+
+// ---- loads ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
+
+// 4 bytes at any address (little-endian); never reads past the 4-byte word holding p[3]
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t sh = uint32_t(a & 3) * 8;
+    const uint32_t lo = __ldg(w);
+    if (sh == 0) return lo;
+    return __funnelshift_r(lo, __ldg(w + 1), sh);
+}
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return ld8(p) | ld8(p + 1) << 8; }
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(ld16(p))));
+}
+
+template <int N>
+__device__ __forceinline__ void ld_words(const uint8_t* p, uint32_t (&w)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = ld32(p + 4 * i);
+}
+
+__device__ __forceinline__ uint32_t byte_of(const uint32_t* w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFFu; }
+
+// ggml's float order: a * b rounded, then + c rounded (nvcc would fuse a * b + c otherwise)
+__device__ __forceinline__ float mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+__device__ __forceinline__ float mul_sub(float a, float b, float c) { return __fsub_rn(__fmul_rn(a, b), c); }
+
+__device__ __forceinline__ float sign_of(uint32_t signs, int j) { return (signs >> j) & 1 ? -1.0f : 1.0f; }
+
+// ggml_e8m0_to_fp32_half: 2^(e-127) / 2
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// ---- one struct per type: sub(b, s, y) writes values 32s..32s+31 of the block at b ----------
+// Layout comments as in ggml_types.cpp (byte offsets in one block).
+
+// d:f16 | qs:int8[32]
+struct Q8_0 {
+    static constexpr tb::Size size = tb::size::Q8_0;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b);
+        uint32_t q[8];
+        ld_words(b + 2, q);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) y[j] = float(int8_t(byte_of(q, j))) * d;
+    }
+};
+
+// 16 bytes of nibbles: value j low nibble of byte j, value j+16 high nibble
+template <class F>
+__device__ __forceinline__ void nibbles16(const uint8_t* qs, float (&y)[32], F f) {
+    uint32_t q[4];
+    ld_words(qs, q);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const uint32_t v = byte_of(q, j);
+        y[j] = f(j, v & 15);
+        y[j + 16] = f(j + 16, v >> 4);
+    }
+}
+
+// d:f16 | qs[16]; value = d * (q - 8)
+struct Q4_0 {
+    static constexpr tb::Size size = tb::size::Q4_0;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b);
+        nibbles16(b + 2, y, [&](int, uint32_t q) { return d * float(int(q) - 8); });
+    }
+};
+
+// d:f16 | m:f16 | qs[16]; value = d * q + m
+struct Q4_1 {
+    static constexpr tb::Size size = tb::size::Q4_1;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b), m = half_at(b + 2);
+        nibbles16(b + 4, y, [&](int, uint32_t q) { return mul_add(d, float(q), m); });
+    }
+};
+
+// d:f16 | qh:u32 (bit j = 5th bit of value j) | qs[16]; value = d * (q - 16)
+struct Q5_0 {
+    static constexpr tb::Size size = tb::size::Q5_0;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b);
+        const uint32_t qh = ld32(b + 2);
+        nibbles16(b + 6, y, [&](int j, uint32_t q) { return d * float(int(q | ((qh >> j) & 1) << 4) - 16); });
+    }
+};
+
+// d:f16 | m:f16 | qh:u32 | qs[16]; value = d * q + m
+struct Q5_1 {
+    static constexpr tb::Size size = tb::size::Q5_1;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b), m = half_at(b + 2);
+        const uint32_t qh = ld32(b + 4);
+        nibbles16(b + 8, y, [&](int j, uint32_t q) { return mul_add(d, float(q | ((qh >> j) & 1) << 4), m); });
+    }
+};
+
+// d:f16 | qs[16] (nibbles as Q4_0) -> non-linear levels
+struct IQ4_NL {
+    static constexpr tb::Size size = tb::size::IQ4_NL;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = half_at(b);
+        nibbles16(b + 2, y, [&](int, uint32_t q) { return d * float(tb::iq4nl_values[q]); });
+    }
+};
+
+// e:e8m0 | qs[16] (nibbles as Q4_0) -> e2m1 values (doubled; the scale is halved to match)
+struct MXFP4 {
+    static constexpr tb::Size size = tb::size::MXFP4;
+    __device__ static void sub(const uint8_t* b, int, float (&y)[32]) {
+        const float d = e8m0_half(ld8(b));
+        nibbles16(b + 1, y, [&](int, uint32_t q) { return d * float(tb::mxfp4_values[q]); });
+    }
+};
+
+// scales[16] (low nibble scale, high nibble min, per 16 values) | qs[64] | d:f16 | dmin:f16.
+// Value v = 128h + 32s + l is bits 2s..2s+1 of qs[32h + l].
+struct Q2_K {
+    static constexpr tb::Size size = tb::size::Q2_K;
+    __device__ static void sub(const uint8_t* b, int u, float (&y)[32]) {
+        const int h = u >> 2, s = u & 3;
+        const float d = half_at(b + 80), dmin = half_at(b + 82);
+        uint32_t q[8];
+        ld_words(b + 16 + 32 * h, q);
+#pragma unroll
+        for (int half16 = 0; half16 < 2; ++half16) {
+            const uint32_t sc = ld8(b + 8 * h + 2 * s + half16);
+            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4);
+#pragma unroll
+            for (int l = 0; l < 16; ++l)
+                y[16 * half16 + l] = mul_sub(dl, float((byte_of(q, 16 * half16 + l) >> (2 * s)) & 3), ml);
+        }
+    }
+};
+
+// hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16.
+// Value v: low 2 bits as Q2_K; bit v/32 of hmask[v%32] clear means "minus 4".
+struct Q3_K {
+    static constexpr tb::Size size = tb::size::Q3_K;
+    __device__ static void sub(const uint8_t* b, int u, float (&y)[32]) {
+        const int h = u >> 2, s4 = u & 3;
+        const float d = half_at(b + 108);
+        uint32_t q[8], hm[8];
+        ld_words(b + 32 + 32 * h, q);
+        ld_words(b, hm);
+#pragma unroll
+        for (int half16 = 0; half16 < 2; ++half16) {
+            const int i = 8 * h + 2 * s4 + half16;  // scale index (16 values each)
+            const uint32_t lo = i < 8 ? ld8(b + 96 + i) & 15 : ld8(b + 96 + i - 8) >> 4;
+            const uint32_t hi = (ld8(b + 104 + i % 4) >> (2 * (i / 4))) & 3;
+            const float dl = d * float(int8_t(int(lo | hi << 4) - 32));
+#pragma unroll
+            for (int l0 = 0; l0 < 16; ++l0) {
+                const int l = 16 * half16 + l0;
+                const int qv = int((byte_of(q, l) >> (2 * s4)) & 3) - 4 + 4 * int((byte_of(hm, l) >> (4 * h + s4)) & 1);
+                y[l] = dl * float(qv);
+            }
+        }
+    }
+};
+
+// The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K, packed in 12 bytes at s.
+__device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, uint32_t& sc, uint32_t& mn) {
+    if (j < 4) {
+        sc = ld8(s + j) & 63;
+        mn = ld8(s + j + 4) & 63;
+    } else {
+        sc = (ld8(s + j + 4) & 15) | ((ld8(s + j - 4) >> 2) & 0x30);
+        mn = (ld8(s + j + 4) >> 4) | ((ld8(s + j) >> 2) & 0x30);
+    }
+}
+
+// d:f16 | dmin:f16 | scales[12] | qs[128]: sub-block 2c (2c+1) is the low (high) nibbles of
+// qs[32c..32c+32); value = d*sc * q - dmin*m
+struct Q4_K {
+    static constexpr tb::Size size = tb::size::Q4_K;
+    __device__ static void sub(const uint8_t* b, int j, float (&y)[32]) {
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint32_t sc, mn;
+        k4_scale_min(b + 4, j, sc, mn);
+        const float d1 = d * float(sc), m1 = dmin * float(mn);
+        uint32_t q[8];
+        ld_words(b + 16 + 32 * (j >> 1), q);
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int l = 0; l < 32; ++l) y[l] = mul_sub(d1, float((byte_of(q, l) >> shift) & 15), m1);
+    }
+};
+
+// d | dmin | scales[12] | qh[32] (bit j of qh[l] = 5th bit of value 32j+l) | qs[128] as Q4_K
+struct Q5_K {
+    static constexpr tb::Size size = tb::size::Q5_K;
+    __device__ static void sub(const uint8_t* b, int j, float (&y)[32]) {
+        const float d = half_at(b), dmin = half_at(b + 2);
+        uint32_t sc, mn;
+        k4_scale_min(b + 4, j, sc, mn);
+        const float d1 = d * float(sc), m1 = dmin * float(mn);
+        uint32_t q[8], qh[8];
+        ld_words(b + 48 + 32 * (j >> 1), q);
+        ld_words(b + 16, qh);
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int l = 0; l < 32; ++l) {
+            const uint32_t v = ((byte_of(q, l) >> shift) & 15) | ((byte_of(qh, l) >> j) & 1) << 4;
+            y[l] = mul_sub(d1, float(v), m1);
+        }
+    }
+};
+
+// ql[128] | qh[64] | scales:int8[16] (per 16 values) | d:f16. Value v = 128h + 32s + l:
+// low nibble (s/2) of ql[64h + 32(s%2) + l], high bits 2s..2s+1 of qh[32h + l]; minus 32.
+struct Q6_K {
+    static constexpr tb::Size size = tb::size::Q6_K;
+    __device__ static void sub(const uint8_t* b, int u, float (&y)[32]) {
+        const int h = u >> 2, s = u & 3;
+        const float d = half_at(b + 208);
+        const int i0 = 8 * h + 2 * s;  // scale of values 0..15 of the unit; i0 + 1 of 16..31
+        const float d0 = d * float(int8_t(ld8(b + 192 + i0))), d1 = d * float(int8_t(ld8(b + 193 + i0)));
+        uint32_t ql[8], qh[8];
+        ld_words(b + 64 * h + 32 * (s & 1), ql);
+        ld_words(b + 128 + 32 * h, qh);
+        const int shift = 4 * (s >> 1);
+#pragma unroll
+        for (int l = 0; l < 32; ++l) {
+            const int q = int(((byte_of(ql, l) >> shift) & 15) | ((byte_of(qh, l) >> (2 * s)) & 3) << 4) - 32;
+            y[l] = (l < 16 ? d0 : d1) * float(q);
+        }
+    }
+};
+
+// d:f16 | scales_h:u16 (2 bits per sub-block) | scales_l[4] (nibbles) | qs[128] (16 per
+// sub-block of 32, nibbles as IQ4_NL); sub-block scale = d * (6-bit - 32)
+struct IQ4_XS {
+    static constexpr tb::Size size = tb::size::IQ4_XS;
+    __device__ static void sub(const uint8_t* b, int j, float (&y)[32]) {
+        const float d = half_at(b);
+        const uint32_t sh = ld16(b + 2);
+        const int s = int(((ld8(b + 4 + j / 2) >> (4 * (j % 2))) & 15) | ((sh >> (2 * j)) & 3) << 4);
+        const float dl = d * float(s - 32);
+        nibbles16(b + 8 + 16 * j, y, [&](int, uint32_t q) { return dl * float(tb::iq4nl_values[q]); });
+    }
+};
+
+// 8 grid magnitudes (a row of a grid of 8-byte rows) with the signs of `signs`, times db
+__device__ __forceinline__ void grid8(const uint8_t* g, uint32_t signs, float db, float* y) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(g));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = db * float(((j < 4 ? v.x : v.y) >> (8 * (j & 3))) & 0xFF) * sign_of(signs, j);
+}
+
+// d:f16 | per sub-block of 32: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale
+struct IQ2_XXS {
+    static constexpr tb::Size size = tb::size::IQ2_XXS;
+    __device__ static void sub(const uint8_t* b, int ib, float (&y)[32]) {
+        const float d = half_at(b);
+        const uint32_t a0 = ld32(b + 2 + 8 * ib), a1 = ld32(b + 6 + 8 * ib);
+        const float db = d * (0.5f + float(a1 >> 28)) * 0.25f;
+#pragma unroll
+        for (int l = 0; l < 4; ++l)
+            grid8(tb::iq2xxs_grid[(a0 >> (8 * l)) & 255], __ldg(&tb::ksigns[(a1 >> (7 * l)) & 127]), db, y + 8 * l);
+    }
+};
+
+// d:f16 | qs:u16[32] (9-bit grid index, 7-bit sign index) | scales[8] (a nibble per 16 values)
+struct IQ2_XS {
+    static constexpr tb::Size size = tb::size::IQ2_XS;
+    __device__ static void sub(const uint8_t* b, int ib, float (&y)[32]) {
+        const float d = half_at(b);
+        const uint32_t sc = ld8(b + 66 + ib);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t q = ld16(b + 2 + 8 * ib + 2 * k);
+            const float db = d * (0.5f + float((sc >> (4 * (k / 2))) & 15)) * 0.25f;
+            grid8(tb::iq2xs_grid[q & 511], __ldg(&tb::ksigns[q >> 9]), db, y + 8 * k);
+        }
+    }
+};
+
+// d:f16 | qs[64] (grid index per 4 values) | per sub-block of 32: u32 of 4x7 sign bits + scale
+struct IQ3_XXS {
+    static constexpr tb::Size size = tb::size::IQ3_XXS;
+    __device__ static void sub(const uint8_t* b, int ib, float (&y)[32]) {
+        const float d = half_at(b);
+        const uint32_t s = ld32(b + 66 + 4 * ib);
+        const float db = d * (0.5f + float(s >> 28)) * 0.5f;
+        uint32_t qs[2];
+        ld_words(b + 2 + 8 * ib, qs);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t signs = __ldg(&tb::ksigns[(s >> (7 * l)) & 127]);
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                const uint32_t g = __ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[byte_of(qs, 2 * l + k)]));
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    y[8 * l + 4 * k + j] = db * float((g >> (8 * j)) & 0xFF) * sign_of(signs, 4 * k + j);
+            }
+        }
+    }
+};
+
+// d:f16 | qs[64] | qh[8] (9th index bit) | signs[32] (one bit per value) | scales[4] (nibbles)
+struct IQ3_S {
+    static constexpr tb::Size size = tb::size::IQ3_S;
+    __device__ static void sub(const uint8_t* b, int ib, float (&y)[32]) {
+        const float d = half_at(b);
+        const float db = d * float(1 + 2 * int((ld8(b + 106 + ib / 2) >> (4 * (ib % 2))) & 15));
+        const uint32_t qh = ld8(b + 66 + ib);
+        const uint32_t sg = ld32(b + 74 + 4 * ib);  // the sub-block's 32 sign bits
+        uint32_t qs[2];
+        ld_words(b + 2 + 8 * ib, qs);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t idx = byte_of(qs, k) | ((qh >> k) & 1) << 8;
+            const uint32_t g = __ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx]));
+#pragma unroll
+            for (int j = 0; j < 4; ++j) y[4 * k + j] = db * float((g >> (8 * j)) & 0xFF) * sign_of(sg, 4 * k + j);
+        }
+    }
+};
+
+// ---- the decoder the kernels use --------------------------------------------------------------
+
+// Where unit u (values 32u..32u+31) of a row of ggml type `type` lies: its block and the unit's
+// index in the block (block nullptr for a type without a decoder).
+struct Unit {
+    const uint8_t* block;
+    int sub;
+};
+
+__device__ __forceinline__ Unit locate(int type, const uint8_t* row, int u) {
+    switch (type) {
+#define FTW_GGML_CASE(T)                                                                        \
+    case T::size.id: {                                                                          \
+        constexpr int per = T::size.block_values / 32;                                          \
+        return {row + int64_t(u / per) * T::size.block_bytes, u % per};                         \
+    }
+        FTW_GGML_CUDA_TYPES(FTW_GGML_CASE)
+#undef FTW_GGML_CASE
+        default: return {nullptr, 0};
+    }
+}
+
+// the unit's 32 values, bit-exact to ggml's float32 ones
+__device__ __forceinline__ void decode_unit(int type, const Unit& unit, float (&y)[32]) {
+    switch (type) {
+#define FTW_GGML_CASE(T)               \
+    case T::size.id:                   \
+        T::sub(unit.block, unit.sub, y); \
+        return;
+        FTW_GGML_CUDA_TYPES(FTW_GGML_CASE)
+#undef FTW_GGML_CASE
+        default:  // refused on the host before launch; zeros rather than garbage if ever reached
+#pragma unroll
+            for (int j = 0; j < 32; ++j) y[j] = 0.f;
+    }
+}
+
+// bytes of a row of n values of a type (host and device)
+__host__ __device__ __forceinline__ int64_t row_bytes_of(int type, int64_t n) {
+    switch (type) {
+#define FTW_GGML_CASE(T) \
+    case T::size.id: return n / T::size.block_values * T::size.block_bytes;
+        FTW_GGML_CUDA_TYPES(FTW_GGML_CASE)
+#undef FTW_GGML_CASE
+        default: return 0;
+    }
+}
+
+struct GgmlDecoder {
+    static constexpr int VEC = 32;
+    struct Row {
+        const uint8_t* p;
+        int type;
+    };
+    struct Raw {
+        Unit unit;
+        int type;
+    };
+    // gate_up: gate's I rows then up's I rows (each in its own type); down: H rows
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
+        const uint8_t* base = bank_row(p, proj, slot);
+        if (proj == 1) return {base + int64_t(r) * row_bytes_of(p.ggml_type[2], p.I), p.ggml_type[2]};
+        if (r < p.I) return {base + int64_t(r) * row_bytes_of(p.ggml_type[0], p.H), p.ggml_type[0]};
+        const int64_t gate_bytes = int64_t(p.I) * row_bytes_of(p.ggml_type[0], p.H);
+        return {base + gate_bytes + int64_t(r - p.I) * row_bytes_of(p.ggml_type[1], p.H), p.ggml_type[1]};
+    }
+    // Only locates the unit: its bytes are read in decode (a Raw holding them would cost every
+    // type the largest one's registers). Prefetching the block into L2 here was measured no
+    // faster on the H200 (docs/BENCHMARKS.md), so there is none.
+    __device__ static Raw load(const Row& row, int u) { return {locate(row.type, row.p, u), row.type}; }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        float y[32];
+        decode_unit(raw.type, raw.unit, y);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] = pack_bf16x2(y[2 * i], y[2 * i + 1]);
+    }
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_identity(x, a); }
+    __device__ static float post(const KernelParams&, int, int, int) { return 1.0f; }
+};
+
+// ---- decoders of their own: a unit's bytes loaded a ring stage ahead ---------------------------
+//
+// A type with a decoder of its own (a Fast<T> specialisation) runs a projection whose rows are all
+// of that type (gate and up both, or down) through TypedDecoder<T>: load() only issues the loads
+// of the unit's weight bytes and of the scale bytes it needs, into registers (Raw), so the
+// kernels' ring keeps them in flight; decode() works from those registers. Values are made in
+// bf16 without int -> float conversions (a quarter-rate instruction): see int_pairs below, and the
+// numerics in the file header.
+// Blocks are only as aligned as their size allows (Q8_0: 34 bytes, 2-byte aligned; MXFP4: 17),
+// so a unit's bytes are read as the aligned 8-byte words covering them (Span) and shifted into
+// place in registers (bytes_at). The launch takes these decoders only where the bank base and the
+// slot stride are 16-byte aligned (as the pools make them): a block then sits at a multiple of
+// gcd(16, block bytes), the alignment each decoder assumes.
+
+__device__ __forceinline__ uint2 ld_stream2(const void* p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+// Where a decoder's load<M>() reads a unit's bytes: global memory (the register-fed kernels, a
+// ring stage ahead: weight bytes streamed past the L1, block heads through it, as the quad's four
+// lanes share them), or the staged kernel's shared-memory ring (plain loads of an address there;
+// the kernel orders them after the copies landed).
+struct GlobalLoads {
+    __device__ static uint4 stream16(const void* p) { return ld_stream(p); }
+    __device__ static uint4 cached16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+    __device__ static uint2 stream8(const void* p) { return ld_stream2(p); }
+    __device__ static uint32_t word(const void* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+};
+struct SharedLoads {
+    __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static uint4 cached16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static uint2 stream8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
+    __device__ static uint32_t word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+};
+
+__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
+    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
+}
+
+// the aligned 8-byte words covering L bytes at an address aligned to A (the last word may hold
+// bytes past the L, never past the aligned word holding the block's last byte)
+template <int L, int A>
+struct Span {
+    static constexpr int N = (L + 8 - A + 7) / 8;
+    uint2 v[N];
+};
+
+template <int L, int A, class M = GlobalLoads>
+__device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
+    const uint2* base = reinterpret_cast<const uint2*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(7));
+    // N words cover L bytes at the worst offset; at a better one the last would lie past them
+    // (past the bank, for its last block): read the last word holding one of them again instead
+    const uint32_t last = (addr_low(a, 7) + L - 1) >> 3;
+    Span<L, A> s;
+#pragma unroll
+    for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = M::stream8(base + min(uint32_t(i), last));
+    return s;
+}
+
+// the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
+template <class M = GlobalLoads>
+__device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
+    return M::word(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
+}
+
+template <int L, int A>
+__device__ __forceinline__ void span_words(const Span<L, A>& s, uint32_t (&w)[2 * Span<L, A>::N]) {
+#pragma unroll
+    for (int i = 0; i < Span<L, A>::N; ++i) w[2 * i] = s.v[i].x, w[2 * i + 1] = s.v[i].y;
+}
+
+
+// out[k] = the 4 bytes at byte r + 4k of the little-endian words w, for r <= MAXR (words past w's
+// end read as 0: only bytes beyond the ones asked for come from them). FUNNEL: r may be odd or 2
+// mod 4 (else a multiple of 4).
+template <int NO, int MAXR, bool FUNNEL, int NI>
+__device__ __forceinline__ void bytes_at(const uint32_t (&w)[NI], uint32_t r, uint32_t (&out)[NO]) {
+    constexpr int NB = NO + (FUNNEL ? 1 : 0);
+    uint32_t b[NB + 1], a[NB];
+#pragma unroll
+    for (int k = 0; k <= NB; ++k) {
+        const uint32_t w0 = k < NI ? w[k] : 0u, w2 = k + 2 < NI ? w[k + 2] : 0u;
+        b[k] = (MAXR >= 8 && (r & 8)) ? w2 : w0;
+    }
+#pragma unroll
+    for (int k = 0; k < NB; ++k) a[k] = (MAXR >= 4 && (r & 4)) ? b[k + 1] : b[k];
+#pragma unroll
+    for (int k = 0; k < NO; ++k) out[k] = FUNNEL ? __funnelshift_r(a[k], a[k + 1], (r & 3) * 8) : a[k];
+}
+
+__device__ __forceinline__ float half_bits(uint32_t h) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFFu)));
+}
+
+constexpr float kTwo23 = 8388608.0f;
+
+// 2^23 + byte k of x, exactly
+__device__ __forceinline__ float magic_byte(uint32_t x, int k) {
+    return __uint_as_float(prmt(x, 0x4B000000u, 0x7540u | uint32_t(k)));
+}
+
+// ---- bf16 arithmetic on pairs: the typed decoders' values (numerics: see the file header) ------
+//
+// A small integer becomes a bf16 exactly without conversions: a byte b < 128 under the exponent
+// of bf16 128 (bits 0x4300) is 128 + b. Subtracting 128 + bias is exact (a small integer), and
+// one bf16x2 fma applies the sub-block's scale and offset with one rounding: per pair of values a
+// prmt, a sub and an fma, all but the prmt on the FMA pipe, instead of ~3 float32 instructions
+// and an int pipe prmt per value.
+
+__device__ __forceinline__ uint32_t bfma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ uint32_t bsub2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t badd2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// s rounded to bf16, in both halves
+__device__ __forceinline__ uint32_t bf16x2_of(float s) { return pack_bf16x2(s, s); }
+
+// bf16x2 of (128 + bias, 128 + bias): what bsub2 takes off the biased pairs below
+__host__ __device__ constexpr uint32_t bf16x2_biased(int bias) {
+    return ((0x4300u + uint32_t(bias)) << 16) | (0x4300u + uint32_t(bias));
+}
+
+// The bytes b0..b3 of x (each < 128) as the values f(b - bias), in the pairs w[0] = (v0, v1),
+// w[1] = (v2, v3); B = bf16x2_biased(bias); b - bias is exact, f scales it (Scaled,
+// ScaledMin).
+template <class F>
+__device__ __forceinline__ void int_pairs(uint32_t x, uint32_t B, const F& f, uint32_t* w) {
+    w[0] = f(bsub2(prmt(x, 0x43u, 0x4140u), B));  // bytes (b0, 0x43, b1, 0x43)
+    w[1] = f(bsub2(prmt(x, 0x43u, 0x4342u), B));
+}
+
+// q * d: d rounded to bf16 once per sub-block, the product rounded once
+struct Scaled {
+    uint32_t d;
+    __device__ explicit Scaled(float s) : d(bf16x2_of(s)) {}
+    __device__ uint32_t operator()(uint32_t q) const { return hmul2(q, d); }
+};
+
+// q * d1 - m1 (the K-quants with mins) with d1 and m1 each carried as a bf16 pair hi + lo (16
+// bits, about float32's product of an f16 and a 6-bit scale), the small terms first: the value is
+// rounded once at its own size, within an ulp of ggml's float32 value rounded to bf16. With d1 and
+// m1 rounded to bf16 once (one fma per pair, "ScaledOffset"; measured on the H200, then dropped)
+// the two roundings put one error on all 32 values of a sub-block: a Q5_K test case measured
+// 8.5e-3 against the 8e-3 bound, the Q4_K samples' `ftw check` 1.4-1.6e-2 against 2e-2. These two
+// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md).
+struct ScaledMin {
+    uint32_t dh, dl, ch, cl;
+    __device__ ScaledMin(float d1, float m1) {
+        const float h = __bfloat162float(__float2bfloat16_rn(d1)), c = __bfloat162float(__float2bfloat16_rn(-m1));
+        dh = bf16x2_of(h), dl = bf16x2_of(d1 - h), ch = bf16x2_of(c), cl = bf16x2_of(-m1 - c);
+    }
+    __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, dh, badd2(bfma2(q, dl, cl), ch)); }
+};
+
+// four IQ4 nibbles (bits 0..15 of s, low first) -> a byte each of the level table held in the
+// four generated words t0..t3 (bit 3 of a nibble picks the upper eight entries)
+__device__ __forceinline__ uint32_t iq4_lookup(uint32_t s, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
+    const uint32_t i = s & 0x7777u;
+    return prmt(prmt(t0, t1, i), prmt(t2, t3, i), ((s >> 1) & 0x4444u) | 0x3210u);
+}
+
+// 16 bytes of IQ4 nibbles (value j: low nibble of byte j, value j + 16: its high nibble) times dl:
+// the levels' bf16 bit patterns looked up a byte at a time (exact: small integers), times dl in
+// bf16 (one rounding)
+__device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
+    const Scaled f(dl);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // bytes l = 4k + 2half, l + 1: v_l, v_l+16, v_l+1, v_l+17
+            const uint32_t s = q[k] >> (16 * half);
+            const uint32_t lo = iq4_lookup(s, tb::iq4nl_bf16_lo_word0, tb::iq4nl_bf16_lo_word1,
+                                           tb::iq4nl_bf16_lo_word2, tb::iq4nl_bf16_lo_word3);
+            const uint32_t hi = iq4_lookup(s, tb::iq4nl_bf16_hi_word0, tb::iq4nl_bf16_hi_word1,
+                                           tb::iq4nl_bf16_hi_word2, tb::iq4nl_bf16_hi_word3);
+            w[2 * k + half] = f(prmt(lo, hi, 0x6240u));      // (v_l, v_l+1)
+            w[8 + 2 * k + half] = f(prmt(lo, hi, 0x7351u));  // (v_l+16, v_l+17)
+        }
+    }
+}
+
+// The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
+// (d, dmin, scales[12]), as k4_scale_min.
+__device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_t& sc, uint32_t& mn) {
+    auto sb = [&](int i) {  // scale byte i (0..11): bytes 4..15 of the block
+        const uint32_t v = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+        return (v >> (8 * (i & 3))) & 0xFFu;
+    };
+    if (j < 4) {
+        sc = sb(j) & 63;
+        mn = sb(j + 4) & 63;
+    } else {
+        sc = (sb(j + 4) & 15) | ((sb(j - 4) >> 2) & 0x30);
+        mn = (sb(j + 4) >> 4) | ((sb(j) >> 2) & 0x30);
+    }
+}
+
+// 32 values f(q) = d1 * q - m1 from eight words of bytes q (< 128, byte l of the unit at byte
+// l % 4 of word l / 4)
+template <class F>
+__device__ __forceinline__ void k_values(const uint32_t (&q)[8], const F& f, uint32_t (&w)[16]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) int_pairs(q[k], bf16x2_biased(0), f, w + 2 * k);
+}
+
+// A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
+// offset of its first byte within the loaded words.
+template <int N, int A>
+struct WholeBlock {
+    struct Raw {
+        Span<N, A> s;
+        uint32_t o;
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u) * N;
+        if constexpr (std::is_same_v<M, SharedLoads>) {
+            // Shared memory reads 4-byte words at any word address: shift the block's bytes into
+            // place here, so that decode sees offset 0 and its byte selection folds away (fewer
+            // registers: decode's select network spilled in the staged kernel). Only the words
+            // holding the block's bytes are read.
+            constexpr int NW = 2 * Span<N, A>::N, NB = (N + 3) / 4;
+            const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t(3));
+            const uint32_t off = addr_low(b, 3), last = (off + N - 1) >> 2;
+            uint32_t x[NB + 1], y[NW];
+#pragma unroll
+            for (int i = 0; i <= NB; ++i) x[i] = M::word(w + min(uint32_t(i), last));
+#pragma unroll
+            for (int i = 0; i < NW; ++i) y[i] = i < NB ? __funnelshift_r(x[i], x[i + 1], off * 8) : 0u;
+            Raw r;
+#pragma unroll
+            for (int i = 0; i < Span<N, A>::N; ++i) r.s.v[i] = make_uint2(y[2 * i], y[2 * i + 1]);
+            r.o = 0;
+            return r;
+        } else {
+            return {load_span<N, A, M>(b), addr_low(b, 7)};
+        }
+    }
+};
+
+// Fast<T>: T's own decoder (kHas), or none (the table-driven GgmlDecoder serves T).
+template <class T>
+struct Fast {
+    static constexpr bool kHas = false;
+};
+
+// d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
+template <>
+struct Fast<Q8_0> : WholeBlock<34, 2> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[10], dq[1], q[8];
+        span_words(raw.s, v);
+        bytes_at<1, 6, true>(v, raw.o, dq);
+        bytes_at<8, 8, true>(v, raw.o + 2, q);
+        // an int8 takes 8 bits, one more than a magic bf16 holds: q as an exact float32 (2^23 + q + 128,
+        // minus 2^23 + 128), whose high half is q in bf16 (exact: |q| <= 128), times d
+        const Scaled f(half_bits(dq[0]));
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t x = q[k] ^ 0x80808080u;  // q + 128
+            float qf[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) qf[b] = __fsub_rn(magic_byte(x, b), kTwo23 + 128.0f);
+            w[2 * k] = f(prmt(__float_as_uint(qf[0]), __float_as_uint(qf[1]), 0x7632u));
+            w[2 * k + 1] = f(prmt(__float_as_uint(qf[2]), __float_as_uint(qf[3]), 0x7632u));
+        }
+    }
+};
+
+// the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
+struct Block18 : WholeBlock<18, 2> {
+    __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
+        uint32_t v[6], dq[1];
+        span_words(raw.s, v);
+        bytes_at<1, 6, true>(v, raw.o, dq);
+        bytes_at<4, 8, true>(v, raw.o + 2, q);
+        return half_bits(dq[0]);
+    }
+};
+
+// value = d * (q - 8)
+template <>
+struct Fast<Q4_0> : Block18 {
+    static constexpr bool kHas = true;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const Scaled f(split(raw, q));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
+        }
+    }
+};
+
+// value = d * kvalues_iq4nl[q]
+template <>
+struct Fast<IQ4_NL> : Block18 {
+    static constexpr bool kHas = true;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+        iq4_values(q, d, w);
+    }
+};
+
+// e:e8m0 | qs[16]; 17-byte blocks, any alignment. e2m1 * 2^(e-127) is exact in bf16, so the
+// values are made as the mxfp4 format's are (bf16 bit tricks, weights * 2^-62, post 2^62); exact
+// for e in 63..190 (real checkpoints sit near 120). Nibble order as Q4_0 (value j: low nibble of
+// byte j, j + 16: high), which e2m1x8_raw turns into the pairs permute() matches.
+template <>
+struct Fast<MXFP4> : WholeBlock<17, 1> {
+    static constexpr bool kHas = true;
+    static constexpr float kPost = kTwo62;
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[6], e[1], q[4];
+        span_words(raw.s, v);
+        bytes_at<1, 7, true>(v, raw.o, e);
+        bytes_at<4, 8, true>(v, raw.o + 1, q);
+        const uint32_t m = e8m0_bf16(e[0] & 0xFFu, 64);  // 2^(e-127) * 2^64: with e2m1's 2^-126, w * 2^-62
+        const uint32_t m2 = m | (m << 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t t[4];  // (v4i, v4i+2), (v4i+16, v4i+18), (v4i+1, v4i+3), (v4i+17, v4i+19)
+            e2m1x8_raw(q[i], t);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
+        }
+    }
+    // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a[4 * i] = prmt(x[2 * i], x[2 * i + 1], 0x5410);
+            a[4 * i + 1] = prmt(x[2 * i + 8], x[2 * i + 9], 0x5410);
+            a[4 * i + 2] = prmt(x[2 * i], x[2 * i + 1], 0x7632);
+            a[4 * i + 3] = prmt(x[2 * i + 8], x[2 * i + 9], 0x7632);
+        }
+    }
+};
+
+// d:f16 | scales_h:u16 | scales_l[4] | qs[128]; 136-byte blocks, 8-byte aligned: the 8-byte head
+// and the sub-block's 16 nibble bytes
+template <>
+struct Fast<IQ4_XS> {
+    static constexpr bool kHas = true;
+    struct Raw {
+        uint2 head, q0, q1;
+        uint32_t j;
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 136;
+        const int j = u & 7;
+        const uint2* q = reinterpret_cast<const uint2*>(b + 8 + 16 * j);
+        return {M::stream8(b), M::stream8(q), M::stream8(q + 1), uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        const float d = half_bits(raw.head.x);
+        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
+        const float dl = d * float(ls - 32);
+        const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
+        iq4_values(q, dl, w);
+    }
+};
+
+// d | dmin | scales[12] | qs[128]; 144-byte blocks, 16-byte aligned: the 16-byte head and the 32
+// bytes of nibbles of the unit's sub-block pair (sub-block 2c: low nibbles, 2c + 1: high)
+template <>
+struct Fast<Q4_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
+    static constexpr bool kStaged = true;    // H200: 0.31x (0.44x with ScaledOffset), faster than both
+    struct Raw {
+        uint4 head, q0, q1;
+        uint32_t j;
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 144;
+        const int j = u & 7;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
+        return {M::cached16(b), M::stream16(q), M::stream16(q + 1), uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        uint32_t sc, mn;
+        k4_head_scale_min(raw.head, j, sc, mn);
+        const float d1 = half_bits(raw.head.x) * float(sc), m1 = half_bits(raw.head.x >> 16) * float(mn);
+        const int shift = 4 * (j & 1);  // sub-block 2c: low nibbles, 2c + 1: high
+        const uint32_t qs[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+        uint32_t q[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
+        k_values(q, ScaledMin(d1, m1), w);
+    }
+};
+
+// d | dmin | scales[12] | qh[32] | qs[128]; 176-byte blocks, 16-byte aligned: the head, the 32
+// nibble bytes as Q4_K and the 32 bytes of fifth bits (bit j of qh[l]: value 32j + l)
+template <>
+struct Fast<Q5_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
+    static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
+    struct Raw {
+        uint4 head, q0, q1, h0, h1;
+        uint32_t j;
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 176;
+        const int j = u & 7;
+        const uint4* q = reinterpret_cast<const uint4*>(b + 48 + 32 * (j >> 1));
+        const uint4* h = reinterpret_cast<const uint4*>(b + 16);
+        return {M::cached16(b), M::stream16(q), M::stream16(q + 1), M::cached16(h), M::cached16(h + 1), uint32_t(j)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        uint32_t sc, mn;
+        k4_head_scale_min(raw.head, j, sc, mn);
+        const float d1 = half_bits(raw.head.x) * float(sc), m1 = half_bits(raw.head.x >> 16) * float(mn);
+        const uint32_t qs[8] = {raw.q0.x, raw.q0.y, raw.q0.z, raw.q0.w, raw.q1.x, raw.q1.y, raw.q1.z, raw.q1.w};
+        const uint32_t qh[8] = {raw.h0.x, raw.h0.y, raw.h0.z, raw.h0.w, raw.h1.x, raw.h1.y, raw.h1.z, raw.h1.w};
+        const int shift = 4 * (j & 1), rot = (4 - j) & 31;  // bit j of a qh byte -> bit 4
+        uint32_t q[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
+        k_values(q, ScaledMin(d1, m1), w);
+    }
+};
+
+// ql[128] | qh[64] | scales:int8[16] | d:f16; 210-byte blocks, 2-byte aligned. Unit u = 4h + s of
+// its block: 32 ql bytes at 64h + 32(s % 2) (nibble s / 2), 32 qh bytes at 128 + 32h (bits 2s,
+// 2s + 1), scales 8h + 2s and 8h + 2s + 1, d; value = d * sc * (q - 32).
+template <>
+struct Fast<Q6_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
+    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x)
+    struct Raw {
+        Span<32, 2> ql, qh;
+        uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
+        uint32_t os;     // block address % 8 | s << 4 | (scale byte position) << 8 | (d's) << 12
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 210;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint8_t* sc = b + 192 + 8 * h + 2 * s;
+        const uint8_t* d = b + 208;
+        const uint32_t os = addr_low(b, 7) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
+        return {load_span<32, 2, M>(b + 64 * h + 32 * (s & 1)), load_span<32, 2, M>(b + 128 + 32 * h),
+                ld_word_at<M>(sc), ld_word_at<M>(d), os};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t o = raw.os & 7, s = (raw.os >> 4) & 3;
+        uint32_t lw[10], hw[10], ql[8], qh[8];
+        span_words(raw.ql, lw);
+        span_words(raw.qh, hw);
+        bytes_at<8, 6, true>(lw, o, ql);
+        bytes_at<8, 6, true>(hw, o, qh);
+        const uint32_t scw = raw.sc >> (8 * ((raw.os >> 8) & 3));
+        const float d = half_bits(raw.d >> (8 * ((raw.os >> 12) & 3)));
+        const Scaled f0(d * float(int8_t(scw & 0xFF))), f1(d * float(int8_t((scw >> 8) & 0xFF)));
+        const int shift = 4 * int(s >> 1), rot = int(4 - 2 * s) & 31;  // bits 2s, 2s + 1 -> 4, 5
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t x = ((ql[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x30303030u);
+            int_pairs(x, bf16x2_biased(32), k < 4 ? f0 : f1, w + 2 * k);
+        }
+    }
+};
+
+// scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
+// block: bits 2s, 2s + 1 of qs[32h + l]; scale bytes 8h + 2s (values 0..15), 8h + 2s + 1 (16..31):
+// low nibble scale, high nibble min; value = d*sc * q - dmin*m.
+template <>
+struct Fast<Q2_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
+    static constexpr bool kStaged = true;    // H200: 0.17x (0.26x with ScaledOffset), faster than both
+    struct Raw {
+        uint32_t q[8];
+        uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
+        uint32_t s;
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 84;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * h);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) r.q[i] = M::word(q + i);
+        r.sc = ld_word_at<M>(b + 8 * h + 2 * s);
+        r.dd = M::word(b + 80);
+        r.s = uint32_t(s);
+        return r;
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const int s = int(raw.s);
+        const float d = half_bits(raw.dd), dmin = half_bits(raw.dd >> 16);
+        const uint32_t scw = raw.sc >> (16 * (s & 1));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
+            const ScaledMin f(d * float(sc & 15), dmin * float(sc >> 4));
+#pragma unroll
+            for (int k = 4 * half; k < 4 * half + 4; ++k)
+                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, bf16x2_biased(0), f, w + 2 * k);
+        }
+    }
+};
+
+// hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16; 110-byte blocks, 2-byte
+// aligned. Unit u = 4h + s of its block: bits 2s, 2s + 1 of qs[32h + l], minus 4 where bit 4h + s
+// of hmask[l] is clear; scales i = 8h + 2s, i + 1: low 4 bits from the nibble h of bytes 2s, 2s + 1,
+// high 2 bits from bits 2(2h + s/2) of bytes 8 + 2(s%2), 8 + 2(s%2) + 1.
+template <>
+struct Fast<Q3_K> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
+    static constexpr bool kStaged = true;    // H200: 0.17x at T=1 (2% faster), 0.17x / 0.14x at T=8
+    struct Raw {
+        Span<32, 2> hm, qs;
+        uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
+        uint32_t os;         // block address % 8 | unit % 8 << 4 | byte positions of lo, hi, d << 8, 10, 12
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 110;
+        const int h = (u >> 2) & 1, s = u & 3;
+        const uint8_t *lo = b + 96 + 2 * s, *hi = b + 104 + 2 * (s & 1), *d = b + 108;
+        const uint32_t os = addr_low(b, 7) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
+                            addr_low(d, 3) << 12;
+        return {load_span<32, 2, M>(b), load_span<32, 2, M>(b + 32 + 32 * h), ld_word_at<M>(lo), ld_word_at<M>(hi),
+                ld_word_at<M>(d), os};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t o = raw.os & 7, j = (raw.os >> 4) & 7, h = j >> 2, s = j & 3;
+        uint32_t hw[10], qw[10], hm[8], qs[8];
+        span_words(raw.hm, hw);
+        span_words(raw.qs, qw);
+        bytes_at<8, 6, true>(hw, o, hm);
+        bytes_at<8, 6, true>(qw, o, qs);
+        const uint32_t low = raw.lo >> (8 * ((raw.os >> 8) & 3)), high = raw.hi >> (8 * ((raw.os >> 10) & 3));
+        const float d = half_bits(raw.d >> (8 * ((raw.os >> 12) & 3)));
+        const int rot = int(2 - j) & 31;  // bit 4h + s of an hmask byte -> bit 2
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t l4 = (low >> (8 * half + 4 * h)) & 15, h2 = (high >> (8 * half + 2 * (2 * h + (s >> 1)))) & 3;
+            const Scaled f(d * float(int(l4 | h2 << 4) - 32));
+#pragma unroll
+            for (int k = 4 * half; k < 4 * half + 4; ++k) {
+                const uint32_t x = ((qs[k] >> (2 * s)) & 0x03030303u) | (__funnelshift_l(hm[k], hm[k], rot) & 0x04040404u);
+                int_pairs(x, bf16x2_biased(4), f, w + 2 * k);
+            }
+        }
+    }
+};
+
+// 8 grid magnitudes (bytes of g, < 128) with the signs of bits 0..7 of `signs` (bit j set: value
+// j negative), times db in bf16 (one rounding), the sign flipped after as ggml's exact * -1.f;
+// pairs into w[0..3]
+__device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, uint32_t* w) {
+    const Scaled f(db);
+    const uint32_t s = signs & 0xFFu;
+    int_pairs(g.x, bf16x2_biased(0), f, w);
+    int_pairs(g.y, bf16x2_biased(0), f, w + 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // two copies of s, bit 2i at bit 15 and bit 2i + 1 at bit 31 (no carries)
+        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
+}
+
+// IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: 2-byte aligned blocks, d:f16 first, then the sub-block's 8
+// bytes of grid indices at 2 + 8 * sub-block
+struct IqHead {
+    Span<8, 2> qs;
+    uint32_t d;   // the word holding d
+    uint32_t os;  // address % 8 of the qs bytes | d's byte position << 4 | more per type
+};
+template <class M>
+__device__ __forceinline__ IqHead iq_head(const uint8_t* b, int ib) {
+    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
+}
+__device__ __forceinline__ float iq_d(const IqHead& r) { return half_bits(r.d >> (8 * ((r.os >> 4) & 3))); }
+__device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
+    uint32_t v[4];
+    span_words(r.qs, v);
+    bytes_at<2, 6, true>(v, r.os & 7, q);
+}
+
+// d | per sub-block: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale; 66-byte blocks
+template <>
+struct Fast<IQ2_XXS> {
+    static constexpr bool kHas = true;
+    static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.12x
+    using Raw = IqHead;
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) { return iq_head<M>(row + int64_t(u >> 3) * 66, u & 7); }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t a[2];
+        iq_qs(raw, a);
+        const float db = __fmul_rn(__fmul_rn(iq_d(raw), 0.5f + float(a[1] >> 28)), 0.25f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l)
+            grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xxs_grid[(a[0] >> (8 * l)) & 255])),
+                         __ldg(&tb::ksigns[(a[1] >> (7 * l)) & 127]), db, w + 4 * l);
+    }
+};
+
+// d | qs:u16[32] (9-bit grid index, 7-bit sign index) | scales[8] (a nibble per 16 values); 74 bytes
+template <>
+struct Fast<IQ2_XS> {
+    static constexpr bool kHas = true;
+    static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.14x
+    struct Raw {
+        IqHead head;
+        uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 74;
+        const int ib = u & 7;
+        IqHead h = iq_head<M>(b, ib);
+        h.os |= addr_low(b + 66 + ib, 3) << 8;
+        return {h, ld_word_at<M>(b + 66 + ib)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const float d = iq_d(raw.head);
+        const uint32_t sc = raw.sc >> (8 * ((raw.head.os >> 8) & 3));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t e = (q[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
+            const float db = __fmul_rn(__fmul_rn(d, 0.5f + float((sc >> (4 * (k >> 1))) & 15)), 0.25f);
+            grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xs_grid[e & 511])), __ldg(&tb::ksigns[e >> 9]), db,
+                         w + 4 * k);
+        }
+    }
+};
+
+// d | qs[64] (grid index per 4 values) | per sub-block: u32 of 4x7 sign bits + scale; 98 bytes
+template <>
+struct Fast<IQ3_XXS> {
+    static constexpr bool kHas = true;
+    struct Raw {
+        IqHead head;
+        uint32_t s0, s1;  // the words covering the sub-block's u32 of signs and scale (2-byte aligned)
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 98;
+        const int ib = u & 7;
+        const uint8_t* a = b + 66 + 4 * ib;
+        IqHead h = iq_head<M>(b, ib);
+        h.os |= addr_low(a, 3) << 8;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3));
+        // the next word only where the 4 bytes straddle two (a % 4 == 2): the word after the last
+        // sub-block's lies past the block, past the bank for its last block
+        return {h, M::word(w), M::word(w + (addr_low(a, 3) >> 1))};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
+        const float db = __fmul_rn(__fmul_rn(iq_d(raw.head), 0.5f + float(s >> 28)), 0.5f);
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t i0 = (q[l >> 1] >> (16 * (l & 1))) & 0xFFu, i1 = (q[l >> 1] >> (16 * (l & 1) + 8)) & 0xFFu;
+            const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i0])),
+                             __ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i1]))};
+            grid_values8(g, __ldg(&tb::ksigns[(s >> (7 * l)) & 127]), db, w + 4 * l);
+        }
+    }
+};
+
+// d | qs[64] | qh[8] (9th index bit) | signs[32] (a bit per value) | scales[4] (nibbles); 110 bytes
+template <>
+struct Fast<IQ3_S> {
+    static constexpr bool kHas = true;
+    static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.17x
+    static constexpr bool kStaged = true;    // H200: 0.19x, faster than both
+    struct Raw {
+        IqHead head;
+        uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte
+    };
+    template <class M = GlobalLoads>
+    __device__ static Raw load(const uint8_t* row, int u) {
+        const uint8_t* b = row + int64_t(u >> 3) * 110;
+        const int ib = u & 7;
+        const uint8_t *qh = b + 66 + ib, *sg = b + 74 + 4 * ib, *sc = b + 106 + ib / 2;
+        IqHead h = iq_head<M>(b, ib);
+        h.os |= addr_low(qh, 3) << 8 | addr_low(sg, 3) << 10 | addr_low(sc, 3) << 12 | uint32_t(ib & 1) << 14;
+        const uint32_t* sw = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sg) & ~uintptr_t(3));
+        return {h, ld_word_at<M>(qh), M::word(sw), M::word(sw + 1), ld_word_at<M>(sc)};
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t os = raw.head.os;
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t qh = raw.qh >> (8 * ((os >> 8) & 3));
+        const uint32_t sg = __funnelshift_r(raw.sg0, raw.sg1, 8 * ((os >> 10) & 3));
+        const uint32_t sc = (raw.sc >> (8 * ((os >> 12) & 3) + 4 * ((os >> 14) & 1))) & 15;
+        const float db = iq_d(raw.head) * float(1 + 2 * int(sc));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            uint32_t idx[2];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int k = 2 * l + t;
+                idx[t] = ((q[k >> 2] >> (8 * (k & 3))) & 0xFFu) | ((qh >> k) & 1) << 8;
+            }
+            const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[0]])),
+                             __ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[1]]))};
+            grid_values8(g, sg >> (8 * l), db, w + 4 * l);
+        }
+    }
+};
+
+template <class F>
+struct HasPermute {
+    template <class D>
+    static constexpr bool test(decltype(&D::permute)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+template <class F>
+struct HasPost {
+    template <class D>
+    static constexpr bool test(decltype(&D::kPost)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+template <class F>
+struct HasPrefetch {
+    template <class D>
+    static constexpr bool test(decltype(&D::kPrefetch)) { return D::kPrefetch; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+template <class F>
+struct StagedDefault {  // Fast<T>::kStaged: decode takes the staged kernel by default
+    template <class D>
+    static constexpr bool test(decltype(&D::kStaged)) { return D::kStaged; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// rows of n values of ggml type T: bytes
+template <class T>
+__host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
+    return n / T::size.block_values * T::size.block_bytes;
+}
+
+// experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
+// a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
+// at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
+// covering a chunk (kSpan). decode_staged reads the unit's bytes with the same Fast<T>::load as
+// the register-fed kernels, from the shared-memory ring instead of global memory.
+template <class T>
+struct StagedRows {
+    using F = Fast<T>;
+    static constexpr bool kStaged = true;
+    static constexpr int kChunkBytes = 256 / T::size.block_values * T::size.block_bytes;
+    static constexpr int kAlign = T::size.block_bytes % 16 == 0 ? 16 : T::size.block_bytes & -T::size.block_bytes;
+    static constexpr int kSpan = (16 - kAlign + kChunkBytes + 15) / 16;
+    __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
+    __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
+        return type_row_bytes<T>(proj == 0 ? p.H : p.I);
+    }
+    __device__ static void decode_staged(const uint8_t* b, int k, uint32_t (&w)[16]) {
+        F::decode(F::template load<SharedLoads>(b, k), w);
+    }
+};
+struct RegisterFedOnly {};
+
+// The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
+// bytes at hand when it is decoded: Loaded (Fast<T>::load's registers are the register-fed ring's
+// Raw), Prefetched (load() only asks the L1 for the unit's block, and decode() reads it from
+// there with Fast<T>::load: types whose Raw is large, Q5_K, Q6_K, Q3_K with 21-27 registers, do
+// not spill the ring), and Staged (StagedRows: decode runs experts_decode_staged, which copies
+// each row's chunks into shared memory by cp.async, many bytes in flight without registers;
+// prefill and FTW_CUDA_DECODE=classic keep the register-fed way Fast<T>::kPrefetch picks).
+// The defaults per type (kPrefetch, kStaged) come from measurements (docs/BENCHMARKS.md).
+template <class T, bool Prefetched, bool Staging>
+struct TypedDecoder : std::conditional_t<Staging, StagedRows<T>, RegisterFedOnly> {
+    using F = Fast<T>;
+    using Classic = TypedDecoder<T, Prefetched, false>;  // the register-fed kernels' instantiation
+    static constexpr int VEC = 32;
+    using Row = const uint8_t*;
+    struct Deferred {
+        const uint8_t* row;  // nullptr: a unit past the row (zeros)
+        int u;
+    };
+    using Raw = std::conditional_t<Prefetched, Deferred, typename F::Raw>;
+    // gate_up: gate's I rows then up's I rows, both of type T; down: H rows
+    __device__ static Row row(const KernelParams& p, int proj, int slot, int r) {
+        return bank_row(p, proj, slot) + int64_t(r) * type_row_bytes<T>(proj == 0 ? p.H : p.I);
+    }
+    __device__ static Raw load(Row row, int u) {
+        if constexpr (Prefetched) {
+            constexpr int per = T::size.block_values / 32, L = T::size.block_bytes;
+            const uint8_t* b = row + int64_t(u / per) * L;
+#pragma unroll
+            for (int i = 0; i < L; i += 128) prefetch_l1(b + i);
+            prefetch_l1(b + L - 1);
+            return {row, u};
+        } else {
+            return F::load(row, u);
+        }
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+        if constexpr (Prefetched) {
+            if (raw.row == nullptr) {
+#pragma unroll
+                for (int i = 0; i < 16; ++i) w[i] = 0u;
+                return;
+            }
+            F::decode(F::load(raw.row, raw.u), w);
+        } else {
+            F::decode(raw, w);
+        }
+    }
+    __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
+        if constexpr (HasPermute<F>::value)
+            F::permute(x, a);
+        else
+            permute_identity(x, a);
+    }
+    __device__ static float post(const KernelParams&, int, int, int) {
+        if constexpr (HasPost<F>::value)
+            return F::kPost;
+        else
+            return 1.0f;
+    }
+};
+
+// The type list as a type (the one list above), for the slices.
+template <class... Ts>
+struct TypeList {};
+#define FTW_GGML_LIST_ENTRY(T) T,
+using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
+#undef FTW_GGML_LIST_ENTRY
+
+}  // namespace
+
+// ---- launchers, across translation units ---------------------------------------------------------
+
+// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T> says
+// (kStaged, kPrefetch); "table": the table-driven decoder for every projection; "staged" /
+// "loaded" / "prefetched": every type with a decoder of its own that way (the last four for the
+// tests and the bench's comparisons; read at every launch).
+enum class GgufMode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
+
+// One projection's launch (phase 0: gate_up, 1: down) with its type's decoder chosen by mode.
+using GgufPhaseLaunch = void (*)(int phase, GgufMode mode, const KernelParams& p, cudaStream_t stream);
+
+// The slices register a launcher per type id (kTableDriven: the table-driven decoder), cuda.cu
+// looks them up.
+constexpr int kTableDriven = -1;
+void register_gguf_launch(int type_id, GgufPhaseLaunch launch);
+
+}  // namespace ftw::cuda
