@@ -11,7 +11,7 @@
 //   not fit (the register-fed kernels: Fast<T>::kPrefetch). 14 types; Q5_0, Q4_1, Q5_1 have none.
 // - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
 //   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
-// The launch (cuda.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
+// The launch (launch.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
 // table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
 //
 // Build: this header holds the decoders; each type's kernels are compiled in one of kSlices
@@ -1355,7 +1355,7 @@ enum class GgufMode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
 // One projection's launch (phase 0: gate_up, 1: down) with its type's decoder chosen by mode.
 using GgufPhaseLaunch = void (*)(int phase, GgufMode mode, const KernelParams& p, cudaStream_t stream);
 
-// The slices register a launcher per type id (kTableDriven: the table-driven decoder), cuda.cu
+// The slices register a launcher per type id (kTableDriven: the table-driven decoder), launch.cu
 // looks them up.
 constexpr int kTableDriven = -1;
 void register_gguf_launch(int type_id, GgufPhaseLaunch launch);
