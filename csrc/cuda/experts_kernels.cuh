@@ -1382,29 +1382,38 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
 inline bool decode_step(const KernelParams& p) { return p.T * p.K <= kDecodeMaxPairs && p.T <= 8; }
 
 template <class Dec, class DecDown = Dec>
+void launch_decode_step(const KernelParams& p, cudaStream_t stream) {
+    launch_decode<Dec, 0>(p, stream);
+    check_launch("gate_up kernel");
+    launch_decode<DecDown, 1>(p, stream);
+    check_launch("down kernel");
+}
+
+template <class Dec, class DecDown = Dec>
+void launch_prefill(const KernelParams& p, cudaStream_t stream) {
+    constexpr int MT = 4, NT = 2, RG = 4;
+    launch_route(p, 16 * MT, stream);
+    const int tiles = max_tiles(p.T * p.K, 16 * MT, p.num_experts);
+    dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
+    experts_proj<typename ClassicOf<Dec>::type, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
+    check_launch("gate_up kernel");
+    experts_proj<typename ClassicOf<DecDown>::type, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
+    check_launch("down kernel");
+}
+
+template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
-    const int pairs = p.T * p.K;
-    if (decode_step(p)) {
-        launch_decode<Dec, 0>(p, stream);
-        check_launch("gate_up kernel");
-        launch_decode<DecDown, 1>(p, stream);
-        check_launch("down kernel");
-    } else {
-        constexpr int MT = 4, NT = 2, RG = 4;
-        launch_route(p, 16 * MT, stream);
-        const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
-        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<typename ClassicOf<Dec>::type, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
-        check_launch("gate_up kernel");
-        experts_proj<typename ClassicOf<DecDown>::type, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
-        check_launch("down kernel");
-    }
+    if (decode_step(p))
+        launch_decode_step<Dec, DecDown>(p, stream);
+    else
+        launch_prefill<Dec, DecDown>(p, stream);
 }
 
 // A format whose decoder is a template over its RegisterShape (DecT<Shape>): the first shape is
 // its default; FTW_CUDA_REGISTER_SHAPE=i (1, 2, ...) decodes with the i-th of the others and
 // =legacy with RegisterShape<> in the legacy loop, the decode every decoder had before shapes
-// (benchmarks compare them in one run). Prefill and FTW_CUDA_DECODE=staged take the default's.
+// (benchmarks compare them in one run). FTW_CUDA_DECODE=staged takes the default's decoder,
+// prefill RegisterShape<>'s (the shape only sets its loads' L2 prefetch size).
 template <template <class> class DecT, class Shape, class... Others>
 void launch_shaped(const KernelParams& p, cudaStream_t stream) {
     const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
@@ -1430,7 +1439,10 @@ void launch_shaped(const KernelParams& p, cudaStream_t stream) {
         }
         if (done) return;
     }
-    launch_experts<DecT<Shape>>(p, stream);
+    if (decode_step(p))
+        launch_decode_step<DecT<Shape>>(p, stream);
+    else  // prefill's loads as before the shapes (experts_proj was not timed with them)
+        launch_prefill<DecT<RegisterShape<>>>(p, stream);
 }
 
 // ---- registration ---------------------------------------------------------------------------
