@@ -63,8 +63,8 @@ constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emi
 
 // ---- small device helpers -------------------------------------------------------------------
 
-// Weights are read once per step: stream them past L1. L2Bytes (64, 128, 256): the L2 fetches
-// that much around the address from memory (the next units of the row arrive ahead of their loads).
+// Weights are read once per step: stream them past L1. L2Bytes (128 or 256): the L2 fetches that
+// much around the address from memory (the next units of the row arrive ahead of their loads).
 template <int L2Bytes = 0>
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 v;
@@ -323,7 +323,7 @@ struct ChunkRowOf<Dec, false> {
 //              x stays in L1 (the weights bypass it), and at T=1 only 4 lanes of 32 use x
 //   MaxRegs    registers per lane (__maxnreg__): 128 holds 16 warps per SM, 96 20, 80 24, 64 32
 //   ScaleRing  chunk-scaled decoders: the chunk scales loaded with the weights (else at use)
-//   L2Bytes    the weight loads' L2 prefetch size (0, 64, 128, 256; read by the decoder's load)
+//   L2Bytes    the weight loads' L2 prefetch size (0, 128, 256; read by the decoder's load)
 //   Pdl        phase 1 launched as a programmatic dependent of phase 0: its blocks start while
 //              phase 0's last blocks run, put their first D chunks of weights in flight, and
 //              wait for phase 0 (act, the cleared out) before the first x is read
