@@ -67,6 +67,11 @@ CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
 VARIANTS.update({f"ks{n}": {"FTW_CUDA_DECODE": "classic", "FTW_CUDA_KSPLIT": str(n)} for n in (1, 2, 4, 8)})
 VARIANTS.update({f"sks{n}": {"FTW_CUDA_DECODE": "staged", "FTW_CUDA_STAGED_KSPLIT": str(n)} for n in (1, 2, 4)})
+# staged kernel (experts_kernels.cuh): the fp4 decoders' previous decode (sopt0), phase 1 items
+# split between blocks forced (parts2) or off (parts1); staged0: both as before
+VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
+                 "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
+                 "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
 
 
 def cdiv(a, b):
