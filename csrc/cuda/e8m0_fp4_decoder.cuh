@@ -26,8 +26,8 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2);
         }
     }
-    // the decode before (e2m1 by shifts): the staged kernel's FTW_CUDA_STAGED_OPT variants without
-    // bit 0 run it, so that one run times both
+    // the decode before (e2m1 by shifts): the staged kernel runs it under FTW_CUDA_STAGED_OPT=0,
+    // so that one benchmark run times both
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }

@@ -24,8 +24,8 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2[i / 2]);
         }
     }
-    // the decode before (scales through float, e2m1 by shifts): the staged kernel's FTW_CUDA_STAGED_OPT
-    // variants without bit 0 run it, so that one run times both
+    // the decode before (scales through float, e2m1 by shifts): the staged kernel runs it under FTW_CUDA_STAGED_OPT=0,
+    // so that one benchmark run times both
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t m2[2];
 #pragma unroll
