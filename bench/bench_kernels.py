@@ -76,6 +76,11 @@ VARIANTS.update({f"rs{i}-ks{n}": {"FTW_CUDA_REGISTER_SHAPE": str(i), "FTW_CUDA_K
                  for i in range(1, 5) for n in (2, 4, 8)})
 VARIANTS["fp8-any"] = {"FTW_CUDA_FP8_SCALES": "any"}  # fp8_block: the general scale lookup for 128 x 128 f32 too
 VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES": "any"}
+# staged kernel (experts_kernels.cuh): the fp4 decoders' previous decode (sopt0), phase 1 items
+# split between blocks forced (parts2) or off (parts1); staged0: both as before
+VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
+                 "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
+                 "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
 
 
 def cdiv(a, b):

@@ -10,6 +10,7 @@ namespace ftw::cuda {
 
 struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     static constexpr int VEC = 32;
+    template <bool MUL = true>
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t m = e8m0_bf16(raw.s, 64);  // 2^(s-127) * 2^64: with e2m1's 2^-126, w * 2^-62
         const uint32_t m2 = m | (m << 16);
@@ -17,11 +18,17 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             uint32_t v[4];
-            e2m1x8_raw(q[i], v);
+            if (MUL)
+                e2m1x8_raw_mul(q[i], v);
+            else
+                e2m1x8_raw(q[i], v);
 #pragma unroll
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2);
         }
     }
+    // the decode before (e2m1 by shifts): the staged kernel runs it under FTW_CUDA_STAGED_OPT=0,
+    // so that one benchmark run times both
+    __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };

@@ -653,6 +653,8 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
 //   once, then serves items (expert, 16-row band) blockIdx.x, + gridDim.x, ...; its KS warps
 //   split an item's chunks into contiguous runs of cpw, the ring running on across items, so the
 //   next item's loads are in flight while this one is reduced (shared memory, warp 0) and stored.
+//   Phase 1 may also split an item's chunks into nparts parts, each an item of its own (down
+//   adds into out: each part adds its share, the first one the bias; launch_staged decides).
 // Units past the row's end and rows past the matrix are zero-filled by the copy, so partial
 // chunks need no masking in the math.
 //
@@ -777,8 +779,43 @@ struct SideOf<Dec, true> {
 // then the K-split partials [KS - 1][4][32] floats.
 constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16 + (KS - 1) * 4 * 32 * 4; }
 
-template <class Dec, int PH, int S>
-__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
+// Variants of the staged kernel (template OPT, bits; FTW_CUDA_STAGED_OPT picks one at launch so
+// that a benchmark times them in one run; the default has every bit):
+//   kOptDecode   the decoder's decode; without it, decoders that keep their previous decode as
+//                decode_v0 run that (nvfp4, mxfp4, ds_fp4: the e2m1 shifts and float scales)
+// Measured on the H200 and dropped (docs/BENCHMARKS.md, "fp4 decode by multiplies"): two
+// accumulators per lane (two mma chains), the copies' sources as unsigned offsets, the units'
+// scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
+constexpr int kOptDecode = 1;
+constexpr int kStagedOptAll = kOptDecode;
+
+template <class Dec>
+struct HasDecodeV0 {
+    template <class D>
+    static constexpr bool test(decltype(&D::decode_v0)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<Dec>(nullptr);
+};
+
+template <class Dec, int OPT, class Raw, class W>
+__device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
+    if constexpr (!(OPT & kOptDecode) && HasDecodeV0<Dec>::value)
+        Dec::decode_v0(raw, w);
+    else
+        Dec::decode(raw, w);
+}
+
+// Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
+// splits down's items between blocks: each part adds its share of the dot product).
+template <class Dec>
+__device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, int slot, int r, float acc) {
+    atomicAdd(p.out + int64_t(pair / p.K) * p.H + r, p.topk_weights[pair] * (acc * Dec::post(p, 1, slot, r)));
+}
+
+template <class Dec, int PH, int S, int OPT>
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
+    experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
@@ -809,10 +846,9 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
     const int nunits = in / V;
     const int nchunks = (nunits + 7) >> 3;
     const int64_t wrow = Dec::weight_row_bytes(p, PH);
-    const int items = nexp * nbands;
+    const int items = nexp * nbands * nparts;
     const int nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
     const int cpad = (cpw + S - 1) / S * S;  // chunks per item in the ring: cpw, padded to whole rounds
-    const int c0 = ks * cpw;  // this warp's first chunk of an item
 
     // Row t (0..15) of band's tile: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
     // (so a lane's rows g and g + 8 are gate j and up j), phase 1 rows 16 band + t.
@@ -828,17 +864,25 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
         }
         return ok ? r : 0;
     };
-    auto item_of = [&](int li, int& band) {
-        const int item = int(blockIdx.x) + li * int(gridDim.x);
+    // Item li of this block: distinct expert dx, band, and part (phase 1: parts of KS * cpw chunks;
+    // this warp's first chunk of the item is returned in c0).
+    auto item_of = [&](int li, int& band, int& c0) {
+        int item = int(blockIdx.x) + li * int(gridDim.x), part = 0;
+        if (PH == 1 && nparts > 1) {
+            const int q = item / nparts;
+            part = item - q * nparts;
+            item = q;
+        }
         const int dx = item / nbands;
         band = item - dx * nbands;
+        c0 = (part * KS + ks) * cpw;
         return dx;
     };
 
     // Producer: the chunk S ahead of the consumer, (pli, pi). It copies rows (lane >> 3) + 4k,
     // units 8c + (lane & 7); it loads the sides (and chunk scales) of the units this lane will
     // decode: rows g, g + 8, units 8c + tig + 4j.
-    int pli = 0, pi = 0, pslot = -1;
+    int pli = 0, pi = 0, pslot = -1, pc0 = 0;
     const uint8_t* pw[4];
     bool pwok[4];
     typename Dec::Row prow[2];
@@ -848,7 +892,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
     auto producer_item = [&]() {
         if (pli >= nmine) return;
         int band;
-        const int dx = item_of(pli, band);
+        const int dx = item_of(pli, band, pc0);
         pslot = rt.slot[dx];
         if (pslot < 0) return;
         const uint8_t* w = Dec::weights(p, PH, pslot);
@@ -863,7 +907,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
         }
     };
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
-        const int c = c0 + pi;
+        const int c = pc0 + pi;
         if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
             if constexpr (BS) {
                 // row t's chunk: the aligned 16-byte pieces from the one holding its first byte
@@ -915,8 +959,9 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
 
     for (int li = 0; li < nmine; ++li) {
-        int band;
-        const int dx = item_of(li, band);
+        int band, c0;
+        const int dx = item_of(li, band, c0);
+        const bool first_part = c0 < KS * cpw;  // phase 1: the part that adds the bias
         const int slot = rt.slot[dx];
         const int count = slot >= 0 ? rt.count[dx] : 0;
         const __nv_bfloat16* xrow = nullptr;
@@ -985,8 +1030,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
                         } else {
                             const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
                             uint32_t wa[NR], wb[NR];
-                            Dec::decode(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
-                            Dec::decode(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
+                            staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
+                            staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
                             float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                             for (int s = 0; s < V / 4; ++s)
@@ -1030,7 +1075,11 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_d
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = band * 16 + g + 8 * h;
-                        if (r < p.H) add_down_row<Dec>(p, pair, slot, r, acc[2 * h + e]);
+                        if (r >= p.H) continue;
+                        if (first_part)
+                            add_down_row<Dec>(p, pair, slot, r, acc[2 * h + e]);
+                        else
+                            add_down_part<Dec>(p, pair, slot, r, acc[2 * h + e]);
                     }
                 }
             }
@@ -1260,14 +1309,58 @@ inline bool programmatic_launch() {
     return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// The staged decode kernel's launch: KS warps per block, the smallest of 1, 2, 4 that puts about
-// 7 warps per SM to work when the step's experts are as few as top_k and gives no warp more than
-// 16 chunks of a row (or FTW_CUDA_STAGED_KSPLIT's, as far as the row has 2 chunks per warp); the
-// grid is what fits on the GPU at once (occupancy), trimmed so that every block serves the same
-// number of items.
-template <class Dec, int PH, int S>
-void launch_staged(const KernelParams& p, cudaStream_t stream) {
-    const auto kernel = experts_decode_staged<Dec, PH, S>;
+// The staged kernel's variant: FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they
+// keep one (benchmarks time both in one run), else every kOpt* bit.
+inline int staged_opt() {
+    const char* v = std::getenv("FTW_CUDA_STAGED_OPT");
+    return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : kStagedOptAll;
+}
+
+// The staged decode kernel's launch shape for items of `nck` chunks each (`fewest` items when
+// every token picks the same experts, at most `most`): KS warps per block, the smallest of 1, 2,
+// 4 that puts about 7 warps per SM to work at `fewest` items and gives no warp more than 16
+// chunks of a row (or FTW_CUDA_STAGED_KSPLIT's, as far as the row has 2 chunks per warp); the
+// grid is what fits on the GPU at once (occupancy, `fit` blocks per SM by KS), trimmed so that
+// every block serves the same number of items (`per`).
+struct StagedShape {
+    int ks, cpw, per, grid;
+};
+template <class Kernel>
+StagedShape staged_shape(Kernel kernel, int S, int units, int nck, int fewest, int most, int (&fit)[5]) {
+    const int sms = device_sms();
+    auto cap_of = [&](int ks) {  // blocks that fit on the GPU at once
+        int n = 0;  // remembered only once the device answered
+        if (fit[ks] == 0 &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
+            fit[ks] = n;
+        return sms * std::max(fit[ks], 1);
+    };
+    auto shape = [&](int ks) {
+        const int cap = std::min(most, cap_of(ks));
+        const int per = (most + cap - 1) / cap;  // items per block
+        return StagedShape{ks, (nck + ks - 1) / ks, per, (most + per - 1) / per};
+    };
+    int KS = 1;
+    const int forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
+    for (int ks = 1; ks <= 4; ks *= 2) {
+        if (ks > 1 && nck < 2 * ks) break;  // at least 2 chunks per warp and item
+        KS = ks;
+        // and while each warp would still get 8 chunks of a row with twice as many (deepseek-v3
+        // mxfp8: 0.55x -> 0.65x of the ceiling with 4 warps, qwen3 best with 2)
+        if (forced ? ks >= forced : std::min(fewest, cap_of(ks)) * ks >= 7 * sms && nck < 16 * ks) break;
+    }
+    return shape(KS);
+}
+
+// Parts of a phase 1 item at T = 1 (down adds into out, so blocks can share an item's chunks):
+// the count of 1, 2, 4 (each part at least S chunks) whose shape gives each warp the fewest
+// chunks in all, or FTW_CUDA_STAGED_PARTS's. Where the items do not divide into the blocks that
+// fit, parts even out the blocks' work: deepseek-v3 down, 3584 items of 8 chunks for 2508
+// blocks, 2 items per block; in 2 parts, 3 parts of 4 chunks (0.44x -> 0.46x of the ceiling;
+// at T = 8 with 8 pairs per expert the doubled epilogue cost more: 0.38x -> 0.37x).
+template <class Dec, int PH, int S, int OPT>
+void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
+    const auto kernel = experts_decode_staged<Dec, PH, S, OPT>;
     constexpr int units = StageShape<Dec>::kUnits;
     static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
     // The ring of 4 warps plus the static routing table can pass the default 48 KB of shared
@@ -1276,37 +1369,43 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     static const cudaError_t allowed =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units));
     (void)allowed;
-    const int sms = device_sms();
     const int in = PH == 0 ? p.H : p.I;
     const int nchunks = (in / Dec::VEC + 7) / 8;
     const int nbands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
     const int fewest = nbands * std::min(p.K, p.num_experts);  // items when every token picks the same experts
     const int most = nbands * std::min(p.T * p.K, p.num_experts);
-    int KS = 1, cap = 0;
-    const int forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
-    for (int ks = 1; ks <= 4; ks *= 2) {
-        if (ks > 1 && nchunks < 2 * ks) break;  // at least 2 chunks per warp and item
-        int n = 0;  // remembered only once the device answered
-        if (fit[ks] == 0 &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
-            fit[ks] = n;
-        KS = ks, cap = sms * std::max(fit[ks], 1);
-        // and while each warp would still get 8 chunks of a row with twice as many (deepseek-v3
-        // mxfp8: 0.55x -> 0.65x of the ceiling with 4 warps, qwen3 best with 2)
-        if (forced ? ks >= forced : std::min(fewest, cap) * ks >= 7 * sms && nchunks < 16 * ks) break;
+    // parts for the decoders of 16-byte units (measured there; gguf's byte streams keep the
+    // shapes they were measured with)
+    constexpr bool units16 = !ByteStream<Dec>::value;
+    int nparts = 1;
+    StagedShape sh = staged_shape(kernel, S, units, nchunks, fewest, most, fit);
+    const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    if (PH == 1 && units16 && (forced > 1 || (!forced && p.T == 1))) {
+        for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
+            const int nck = (nchunks + n - 1) / n;
+            if (!forced && nck < S) break;
+            const StagedShape t = staged_shape(kernel, S, units, nck, fewest * n, most * n, fit);
+            if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
+        }
     }
-    const int cpw = (nchunks + KS - 1) / KS;
-    const int per = (most + std::min(most, cap) - 1) / std::min(most, cap);  // items per block
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((most + per - 1) / per);
-    cfg.blockDim = dim3(32 * KS);
-    cfg.dynamicSmemBytes = staged_smem(KS, S, units);
+    cfg.gridDim = dim3(sh.grid);
+    cfg.blockDim = dim3(32 * sh.ks);
+    cfg.dynamicSmemBytes = staged_smem(sh.ks, S, units);
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     if (PH == 1 && programmatic_launch()) cfg.attrs = attr, cfg.numAttrs = 1;  // overlaps phase 0's tail
-    cudaLaunchKernelEx(&cfg, kernel, p, nbands, cpw);
+    cudaLaunchKernelEx(&cfg, kernel, p, nbands, sh.cpw, nparts);
+}
+
+template <class Dec, int PH, int S>
+void launch_staged(const KernelParams& p, cudaStream_t stream) {
+    if constexpr (HasDecodeV0<Dec>::value && !ByteStream<Dec>::value) {
+        if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+    }
+    launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
 }
 
 // The decode kernel of a phase: the decoder's default (kStaged), or FTW_CUDA_DECODE=classic /

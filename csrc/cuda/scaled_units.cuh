@@ -10,6 +10,19 @@
 
 namespace ftw::cuda {
 
+// Eight e2m1 nibbles (low nibble first) -> four bf16x2 holding value * 2^-126, out[k] = (v_k, v_{k+4}):
+// the pairs of e2m1x8_raw, by one multiply per pair instead of two shifts: a masked nibble pair
+// times 0x1040 is the pair shifted by 6 (magnitudes into the exponent's low bits) plus by 12
+// (signs into bit 15), with no carries between them. 13 instructions per 8 values where the
+// shifts take 16 (equal to e2m1x8_raw for every 32-bit word, checked exhaustively on the host).
+__device__ __forceinline__ void e2m1x8_raw_mul(uint32_t q, uint32_t (&out)[4]) {
+    const uint32_t h = q >> 8;  // nibbles 2, 3 (and 6, 7) where 0, 1 (4, 5) were
+    out[0] = ((q & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    out[1] = ((q & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+    out[2] = ((h & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    out[3] = ((h & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
 template <int BITS, class SCALE_T, int UNITS>
 struct ScaledUnits {
     struct Row {

@@ -1,0 +1,72 @@
+"""The staged decode kernel's own launch paths and the fp4 decoders' bit placement
+(csrc/cuda/experts_kernels.cuh: experts_decode_staged, launch_staged; csrc/formats/nvfp4/cuda.cu,
+csrc/cuda/e8m0_fp4_decoder.cuh), against the float64 reference with tests/test_cuda_kernels.py's
+tolerance (||out - ref|| / ||ref|| < 4e-3; the same stated arithmetic: exact bf16 weights,
+float32 sums, the activation rounded to bf16 once).
+
+- down's items split between blocks (FTW_CUDA_STAGED_PARTS forces 2 or 4 parts; the launch
+  rule splits only at shapes larger than a test's): each part adds its share into out, the
+  first one the bias (mxfp4 has biases: a bias added twice is off by far more than the bound);
+- nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
+  scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
+  scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
+GPU only (marked gpu, skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from test_cuda_kernels import ACTS, Reference, bf16_x, make_banks, rel_err, routing, run, tol  # noqa: E402
+
+STAGED = ["nvfp4", "mxfp4", "ds_fp4", "mxfp8"]  # the formats that decode with the staged kernel
+
+
+def forward_and_ref(name, H, I, E, K, T, seed, banks=None, opts=None):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    if banks is None:
+        opts, banks = make_banks(name, H, I, E, rng)
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(T, K, E, rng)
+    act = ACTS["swiglu_oai"] if name == "mxfp4" else ACTS["silu"]
+    out = run(name, opts, banks, x, ids, wts, act)
+    return out, Reference(name, opts, banks, H, I).forward(x64, ids, wts, act)
+
+
+@pytest.mark.parametrize("name", STAGED)
+@pytest.mark.parametrize("parts", [2, 4])
+@pytest.mark.parametrize("T", [1, 3])
+def test_down_items_split_between_blocks(name, parts, T, monkeypatch):
+    monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", str(parts))
+    # I = 1024: 4 chunks of 256 values per down row for fp4, 8 for mxfp8 (parts of 1-4 chunks)
+    out, ref = forward_and_ref(name, 256, 1024, 8, 4, T, [parts, T, STAGED.index(name)])
+    assert rel_err(out, ref) < tol(name)
+
+
+E4M3_FINITE = np.array([b for b in range(256) if b & 0x7F != 0x7F], dtype=np.uint8)  # less the NaNs
+
+
+@pytest.mark.parametrize("scales", ["every_byte", "subnormal"])
+def test_nvfp4_block_scales(scales):
+    H, I, E, K, T = 256, 256, 8, 4, 2  # noqa: E741
+    rng = np.random.default_rng([5, len(scales)])
+    opts, banks = make_banks("nvfp4", H, I, E, rng)
+    for bank in ("gate_up", "down"):
+        shape = banks[bank + "_scale"].shape
+        if scales == "every_byte":
+            s = rng.choice(E4M3_FINITE, shape)
+            banks[bank + "_global"] = banks[bank + "_global"] / 64  # scales up to 448 where the default reach 4
+        else:  # scales m * 2^-9 (m = 1..7): the global brings the products back to the default's size
+            s = rng.integers(1, 8, shape).astype(np.uint8)
+            banks[bank + "_global"] = banks[bank + "_global"] * 2.0**9 / 3
+        banks[bank + "_scale"] = s.astype(np.uint8)
+    out, ref = forward_and_ref("nvfp4", H, I, E, K, T, [6, len(scales)], banks=banks, opts=opts)
+    assert rel_err(out, ref) < tol("nvfp4")
