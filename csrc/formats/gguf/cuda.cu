@@ -622,6 +622,7 @@ struct Scaled {
 // 8.5e-3 against the 8e-3 bound, the Q4_K samples' `ftw check` 1.4-1.6e-2 against 2e-2. These two
 // more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md).
 struct ScaledMin {
+    static constexpr uint32_t b = bf16x2_biased(0);  // the bias int_pairs takes off: q itself
     uint32_t dh, dl, ch, cl;
     __device__ ScaledMin(float d1, float m1) {
         const float h = __bfloat162float(__float2bfloat16_rn(d1)), c = __bfloat162float(__float2bfloat16_rn(-m1));
@@ -629,6 +630,36 @@ struct ScaledMin {
     }
     __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, dh, badd2(bfma2(q, dl, cl), ch)); }
 };
+
+// q * d1 - m1 as u * d1 + r: u = q - c0 with the integer c0 = m1 / d1 rounded (0..127), taken
+// off exactly by int_pairs' subtraction (its bias b), and r = c0 * d1 - m1 (one float32 fma,
+// rounded to bf16: |r| <= d1 / 2, where m1 is up to 63 d1). The min's large part, c0 * d1, is
+// then exact, so no error of the size of m1 is left common to the sub-block's values: u is the
+// value in units of d1 (centred where the sub-block is), and rounding d1 scales the values as
+// the symmetric types' rounded scales do. Lo (kMinShift): d1 carried as bf16 hi + lo, value =
+// u * dh + (u * dl + r), 2 FMA-pipe instructions per pair after the subtraction; otherwise
+// (kMinShiftRounded) d1 rounded to bf16 once, value = u * dh + r, one, as cheap as ScaledOffset
+// was. Measured against the other forms in docs/BENCHMARKS.md ("GGUF mins").
+template <bool Lo>
+struct ShiftedMin {
+    uint32_t b, dh, dl, r;
+    __device__ ShiftedMin(float d1, float m1) {
+        // d1 = 0 makes c0 127 (or 0: m1 = 0); any c0 gives u * 0 + r = -m1 exactly then
+        const float c = fminf(fmaxf(rintf(__fdividef(m1, d1)), 0.f), 127.f);
+        b = bf16x2_biased(int(c));
+        const float h = __bfloat162float(__float2bfloat16_rn(d1));
+        dh = bf16x2_of(h);
+        dl = Lo ? bf16x2_of(d1 - h) : 0u;
+        r = bf16x2_of(fmaf(c, d1, -m1));
+    }
+    __device__ uint32_t operator()(uint32_t u) const { return Lo ? bfma2(u, dh, bfma2(u, dl, r)) : bfma2(u, dh, r); }
+};
+
+// How the types with mins (Q4_K, Q5_K, Q2_K) apply scale and min: each type's Fast<T>::kMinForm,
+// or the one FTW_GGUF_CUDA_MIN=hilo | shift | shift1 names (the bench's and tests' comparisons).
+enum MinForm { kMinHiLo, kMinShift, kMinShiftRounded };
+template <int F>
+using MinOf = std::conditional_t<F == kMinHiLo, ScaledMin, ShiftedMin<F == kMinShift>>;
 
 // four IQ4 nibbles (bits 0..15 of s, low first) -> a byte each of the level table held in the
 // four generated words t0..t3 (bit 3 of a nibble picks the upper eight entries)
@@ -678,7 +709,7 @@ __device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_
 template <class F>
 __device__ __forceinline__ void k_values(const uint32_t (&q)[8], const F& f, uint32_t (&w)[16]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) int_pairs(q[k], bf16x2_biased(0), f, w + 2 * k);
+    for (int k = 0; k < 8; ++k) int_pairs(q[k], f.b, f, w + 2 * k);
 }
 
 // A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
@@ -720,6 +751,23 @@ struct WholeBlock {
 template <class T>
 struct Fast {
     static constexpr bool kHas = false;
+};
+// Rows of type T decoded by Fast<T> with its tuning changed (the launch's comparisons, see
+// with_tuning): min form F (a type with mins: Fast<T>::WithForm<F>; -1: none), and the staged
+// kernel's registers budgeted for B blocks of 4 warps per SM (kStagedBlocks).
+template <class T, int F, int B>
+struct Tuned : T {};
+template <class T, int F, bool = (F >= 0)>
+struct FormOf {
+    using type = typename Fast<T>::template WithForm<F>;
+};
+template <class T, int F>
+struct FormOf<T, F, false> {
+    using type = Fast<T>;
+};
+template <class T, int F, int B>
+struct Fast<Tuned<T, F, B>> : FormOf<T, F>::type {
+    static constexpr int kStagedBlocks = B;
 };
 
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
@@ -848,8 +896,11 @@ struct Fast<IQ4_XS> {
 
 // d | dmin | scales[12] | qs[128]; 144-byte blocks, 16-byte aligned: the 16-byte head and the 32
 // bytes of nibbles of the unit's sub-block pair (sub-block 2c: low nibbles, 2c + 1: high)
-template <>
-struct Fast<Q4_K> {
+template <int Form>
+struct Q4KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q4KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
     static constexpr bool kStaged = true;    // H200: 0.31x (0.44x with ScaledOffset), faster than both
@@ -874,14 +925,19 @@ struct Fast<Q4_K> {
         uint32_t q[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
-        k_values(q, ScaledMin(d1, m1), w);
+        k_values(q, MinOf<Form>(d1, m1), w);
     }
 };
+template <>
+struct Fast<Q4_K> : Q4KFast<kMinShiftRounded> {};
 
 // d | dmin | scales[12] | qh[32] | qs[128]; 176-byte blocks, 16-byte aligned: the head, the 32
 // nibble bytes as Q4_K and the 32 bytes of fifth bits (bit j of qh[l]: value 32j + l)
-template <>
-struct Fast<Q5_K> {
+template <int Form>
+struct Q5KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q5KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
     static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
@@ -909,9 +965,11 @@ struct Fast<Q5_K> {
 #pragma unroll
         for (int k = 0; k < 8; ++k)
             q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
-        k_values(q, ScaledMin(d1, m1), w);
+        k_values(q, MinOf<Form>(d1, m1), w);
     }
 };
+template <>
+struct Fast<Q5_K> : Q5KFast<kMinHiLo> {};
 
 // ql[128] | qh[64] | scales:int8[16] | d:f16; 210-byte blocks, 2-byte aligned. Unit u = 4h + s of
 // its block: 32 ql bytes at 64h + 32(s % 2) (nibble s / 2), 32 qh bytes at 128 + 32h (bits 2s,
@@ -958,8 +1016,11 @@ struct Fast<Q6_K> {
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
 // block: bits 2s, 2s + 1 of qs[32h + l]; scale bytes 8h + 2s (values 0..15), 8h + 2s + 1 (16..31):
 // low nibble scale, high nibble min; value = d*sc * q - dmin*m.
-template <>
-struct Fast<Q2_K> {
+template <int Form>
+struct Q2KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q2KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
     static constexpr bool kStaged = true;    // H200: 0.17x (0.26x with ScaledOffset), faster than both
@@ -988,13 +1049,15 @@ struct Fast<Q2_K> {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
-            const ScaledMin f(d * float(sc & 15), dmin * float(sc >> 4));
+            const MinOf<Form> f(d * float(sc & 15), dmin * float(sc >> 4));
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k)
-                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, bf16x2_biased(0), f, w + 2 * k);
+                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, f.b, f, w + 2 * k);
         }
     }
 };
+template <>
+struct Fast<Q2_K> : Q2KFast<kMinShiftRounded> {};
 
 // hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16; 110-byte blocks, 2-byte
 // aligned. Unit u = 4h + s of its block: bits 2s, 2s + 1 of qs[32h + l], minus 4 where bit 4h + s
@@ -1239,6 +1302,39 @@ struct StagedDefault {  // Fast<T>::kStaged: decode takes the staged kernel by d
     static constexpr bool value = test<F>(nullptr);
 };
 
+template <class F>
+struct MinFormOf {  // Fast<T>::kMinForm, -1 for a type without mins
+    template <class D>
+    static constexpr int test(decltype(&D::kMinForm)) { return D::kMinForm; }
+    template <class D>
+    static constexpr int test(...) { return -1; }
+    static constexpr int value = test<F>(nullptr);
+};
+
+template <class T>
+struct Tag {
+    using type = T;
+};
+
+// g(Tag<Tuned<T, F, B>>): T's min form F (Fast<T>::kMinForm; -1 for a type without mins) and
+// staged register budget B (4 blocks of 4 warps per SM: 128 registers), or the ones
+// FTW_GGUF_CUDA_MIN=hilo | shift | shift1 and FTW_GGUF_CUDA_BLOCKS=5 (96 registers) force (read
+// at every launch; a forced budget runs with the type's own form).
+template <class T, class G>
+void with_tuning(G&& g) {
+    constexpr int kF = MinFormOf<Fast<T>>::value;
+    const char* b = std::getenv("FTW_GGUF_CUDA_BLOCKS");
+    if (b != nullptr && std::string(b) == "5") return g(Tag<Tuned<T, kF, 5>>{});
+    if constexpr (kF >= 0) {
+        const char* e = std::getenv("FTW_GGUF_CUDA_MIN");
+        const std::string v = e ? e : "";
+        if (v == "hilo") return g(Tag<Tuned<T, kMinHiLo, 4>>{});
+        if (v == "shift") return g(Tag<Tuned<T, kMinShift, 4>>{});
+        if (v == "shift1") return g(Tag<Tuned<T, kMinShiftRounded, 4>>{});
+    }
+    g(Tag<Tuned<T, kF, 4>>{});
+}
+
 // rows of n values of ggml type T: bytes
 template <class T>
 __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
@@ -1257,6 +1353,7 @@ struct StagedRows {
     static constexpr int kChunkBytes = 256 / T::size.block_values * T::size.block_bytes;
     static constexpr int kAlign = T::size.block_bytes % 16 == 0 ? 16 : T::size.block_bytes & -T::size.block_bytes;
     static constexpr int kSpan = (16 - kAlign + kChunkBytes + 15) / 16;
+    static constexpr int kStagedBlocks = F::kStagedBlocks;
     __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
     __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
         return type_row_bytes<T>(proj == 0 ? p.H : p.I);
@@ -1359,14 +1456,15 @@ void with_decoder(TypeList<void>, int, Mode, F&& f) {
 template <class T, class... Rest, class F>
 void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
     if constexpr (Fast<T>::kHas) {
-        if (id == T::size.id) {
-            constexpr bool pf = HasPrefetch<Fast<T>>::value;
-            if (m == Mode::kLoaded) return f(TypedDecoder<T, false, false>{});
-            if (m == Mode::kPrefetched) return f(TypedDecoder<T, true, false>{});
-            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<T>>::value))
-                return f(TypedDecoder<T, pf, true>{});
-            return f(TypedDecoder<T, pf, false>{});
-        }
+        if (id == T::size.id) return with_tuning<T>([&](auto tag) {
+            using U = typename decltype(tag)::type;
+            constexpr bool pf = HasPrefetch<Fast<U>>::value;
+            if (m == Mode::kLoaded) return f(TypedDecoder<U, false, false>{});
+            if (m == Mode::kPrefetched) return f(TypedDecoder<U, true, false>{});
+            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<U>>::value))
+                return f(TypedDecoder<U, pf, true>{});
+            return f(TypedDecoder<U, pf, false>{});
+        });
     }
     with_decoder(TypeList<Rest...>{}, id, m, std::forward<F>(f));
 }
