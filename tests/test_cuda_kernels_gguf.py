@@ -165,11 +165,10 @@ def test_every_way_of_loading(name, kind, monkeypatch):
     check((name, name, name), 3, [3, TYPES.index(name), KINDS.index(kind)])
 
 
-# the types with mins and the ways their decoders apply scale and min (FTW_GGUF_CUDA_MIN; the
-# default picks one per type, each is run here): hilo (scale and min as bf16 hi + lo pairs), shift
-# (the min's integer multiple of the scale taken off the quant exactly, scale hi + lo), shift1 (the
-# same with the scale rounded to bf16 once)
-MIN_FORMS = ["hilo", "shift", "shift1"]
+# the types with mins and the two ways their decoders apply scale and min (FTW_GGUF_CUDA_MIN; the
+# default picks one per type, both are run here): hilo (scale and min as bf16 hi + lo pairs),
+# shift (the min's integer multiple of the scale taken off the quant exactly, the scale rounded once)
+MIN_FORMS = ["hilo", "shift"]
 
 
 @pytest.mark.parametrize("form", MIN_FORMS)
@@ -178,15 +177,6 @@ MIN_FORMS = ["hilo", "shift", "shift1"]
 def test_every_way_of_applying_the_min(name, form, T, monkeypatch):
     monkeypatch.setenv("FTW_GGUF_CUDA_MIN", form)
     check((name, name, name), T, [T, TYPES.index(name), 10 + MIN_FORMS.index(form)])
-
-
-@pytest.mark.parametrize("name", FAST)
-def test_staged_kernel_with_registers_for_five_blocks(name, monkeypatch):
-    """FTW_GGUF_CUDA_BLOCKS=5: the staged kernel compiled for 5 blocks of 4 warps per SM (96
-    registers, spilling where the decode needs more) decodes the same values."""
-    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
-    monkeypatch.setenv("FTW_GGUF_CUDA_BLOCKS", "5")
-    check((name, name, name), 4, [4, TYPES.index(name), 5])
 
 
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4"])

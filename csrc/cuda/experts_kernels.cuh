@@ -593,20 +593,8 @@ struct SideOf<Dec, true> {
 // then the K-split partials [KS - 1][4][32] floats.
 constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16 + (KS - 1) * 4 * 32 * 4; }
 
-// Blocks of 4 warps per SM the staged kernel's registers are budgeted for: the decoder's
-// kStagedBlocks where it has one (gguf's comparisons), else 4 for byte streams (their decode
-// needs up to 128 registers), 5 for the rest.
-template <class Dec>
-struct StagedBlocks {
-    template <class D>
-    static constexpr int test(decltype(D::kStagedBlocks)*) { return D::kStagedBlocks; }
-    template <class D>
-    static constexpr int test(...) { return ByteStream<D>::value ? 4 : 5; }
-    static constexpr int value = test<Dec>(nullptr);
-};
-
 template <class Dec, int PH, int S>
-__global__ void __launch_bounds__(128, StagedBlocks<Dec>::value) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5) experts_decode_staged(const KernelParams p, const int nbands, const int cpw) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit

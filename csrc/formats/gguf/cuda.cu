@@ -631,35 +631,40 @@ struct ScaledMin {
     __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, dh, badd2(bfma2(q, dl, cl), ch)); }
 };
 
-// q * d1 - m1 as u * d1 + r: u = q - c0 with the integer c0 = m1 / d1 rounded (0..127), taken
-// off exactly by int_pairs' subtraction (its bias b), and r = c0 * d1 - m1 (one float32 fma,
-// rounded to bf16: |r| <= d1 / 2, where m1 is up to 63 d1). The min's large part, c0 * d1, is
-// then exact, so no error of the size of m1 is left common to the sub-block's values: u is the
-// value in units of d1 (centred where the sub-block is), and rounding d1 scales the values as
-// the symmetric types' rounded scales do. Lo (kMinShift): d1 carried as bf16 hi + lo, value =
-// u * dh + (u * dl + r), 2 FMA-pipe instructions per pair after the subtraction; otherwise
-// (kMinShiftRounded) d1 rounded to bf16 once, value = u * dh + r, one, as cheap as ScaledOffset
-// was. Measured against the other forms in docs/BENCHMARKS.md ("GGUF mins").
-template <bool Lo>
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// q * d1 - m1 as u * d1 + r (ShiftedMin): u = q - c0 with the integer c0 = m1 / d1 rounded (0..127),
+// taken off exactly by int_pairs' subtraction (its bias b), and r = c0 * d1 - m1 (one float32
+// fma, rounded to bf16: |r| <= d1 / 2 where m1 is up to 63 d1); value = u * d1 + r with d1 rounded
+// to bf16, one fma per pair as for ScaledOffset (scale and min rounded once each). The min's
+// large part, c0 * d1, is exact, so no error of the size of m1 is left common to the sub-block's
+// values; u is the value in units of d1 (centred where the sub-block is), so rounding d1 scales
+// the values as the symmetric types' rounded scales do.
 struct ShiftedMin {
-    uint32_t b, dh, dl, r;
+    uint32_t b, d, r;
     __device__ ShiftedMin(float d1, float m1) {
-        // d1 = 0 makes c0 127 (or 0: m1 = 0); any c0 gives u * 0 + r = -m1 exactly then
-        const float c = fminf(fmaxf(rintf(__fdividef(m1, d1)), 0.f), 127.f);
-        b = bf16x2_biased(int(c));
-        const float h = __bfloat162float(__float2bfloat16_rn(d1));
-        dh = bf16x2_of(h);
-        dl = Lo ? bf16x2_of(d1 - h) : 0u;
-        r = bf16x2_of(fmaf(c, d1, -m1));
+        // m1 / d1 clamped to 0..127 and rounded to an integer by adding 2^23, whose bits are then
+        // 0x4B000000 + c0; d1 = 0 gives 127 (0 with m1 = 0), and any c0 gives u * 0 + r = -m1 then
+        const float t = __fadd_rn(fminf(fmaxf(m1 * rcp_approx(d1), 0.f), 127.f), kTwo23);
+        b = __float_as_uint(t) * 0x10001u + (bf16x2_biased(0) - 0x4B000000u);  // bf16x2_biased(c0)
+        d = bf16x2_of(d1);
+        r = bf16x2_of(fmaf(__fsub_rn(t, kTwo23), d1, -m1));
     }
-    __device__ uint32_t operator()(uint32_t u) const { return Lo ? bfma2(u, dh, bfma2(u, dl, r)) : bfma2(u, dh, r); }
+    __device__ uint32_t operator()(uint32_t u) const { return bfma2(u, d, r); }
 };
 
 // How the types with mins (Q4_K, Q5_K, Q2_K) apply scale and min: each type's Fast<T>::kMinForm,
-// or the one FTW_GGUF_CUDA_MIN=hilo | shift | shift1 names (the bench's and tests' comparisons).
-enum MinForm { kMinHiLo, kMinShift, kMinShiftRounded };
+// or the other form where FTW_GGUF_CUDA_MIN=hilo | shift names it (the bench's and the tests'
+// comparisons; rows of type T then run as WithMin<T, form>).
+enum MinForm { kMinHiLo, kMinShift };
 template <int F>
-using MinOf = std::conditional_t<F == kMinHiLo, ScaledMin, ShiftedMin<F == kMinShift>>;
+using MinOf = std::conditional_t<F == kMinHiLo, ScaledMin, ShiftedMin>;
+template <class T, int F>
+struct WithMin : T {};
 
 // four IQ4 nibbles (bits 0..15 of s, low first) -> a byte each of the level table held in the
 // four generated words t0..t3 (bit 3 of a nibble picks the upper eight entries)
@@ -752,23 +757,9 @@ template <class T>
 struct Fast {
     static constexpr bool kHas = false;
 };
-// Rows of type T decoded by Fast<T> with its tuning changed (the launch's comparisons, see
-// with_tuning): min form F (a type with mins: Fast<T>::WithForm<F>; -1: none), and the staged
-// kernel's registers budgeted for B blocks of 4 warps per SM (kStagedBlocks).
-template <class T, int F, int B>
-struct Tuned : T {};
-template <class T, int F, bool = (F >= 0)>
-struct FormOf {
-    using type = typename Fast<T>::template WithForm<F>;
-};
+// rows of a type with mins, scale and min applied the form F way (Fast<T>::WithForm<F>)
 template <class T, int F>
-struct FormOf<T, F, false> {
-    using type = Fast<T>;
-};
-template <class T, int F, int B>
-struct Fast<Tuned<T, F, B>> : FormOf<T, F>::type {
-    static constexpr int kStagedBlocks = B;
-};
+struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {};
 
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
 template <>
@@ -929,7 +920,7 @@ struct Q4KFast {
     }
 };
 template <>
-struct Fast<Q4_K> : Q4KFast<kMinShiftRounded> {};
+struct Fast<Q4_K> : Q4KFast<kMinShift> {};
 
 // d | dmin | scales[12] | qh[32] | qs[128]; 176-byte blocks, 16-byte aligned: the head, the 32
 // nibble bytes as Q4_K and the 32 bytes of fifth bits (bit j of qh[l]: value 32j + l)
@@ -1057,7 +1048,7 @@ struct Q2KFast {
     }
 };
 template <>
-struct Fast<Q2_K> : Q2KFast<kMinShiftRounded> {};
+struct Fast<Q2_K> : Q2KFast<kMinShift> {};
 
 // hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16; 110-byte blocks, 2-byte
 // aligned. Unit u = 4h + s of its block: bits 2s, 2s + 1 of qs[32h + l], minus 4 where bit 4h + s
@@ -1316,23 +1307,19 @@ struct Tag {
     using type = T;
 };
 
-// g(Tag<Tuned<T, F, B>>): T's min form F (Fast<T>::kMinForm; -1 for a type without mins) and
-// staged register budget B (4 blocks of 4 warps per SM: 128 registers), or the ones
-// FTW_GGUF_CUDA_MIN=hilo | shift | shift1 and FTW_GGUF_CUDA_BLOCKS=5 (96 registers) force (read
-// at every launch; a forced budget runs with the type's own form).
+// g(Tag<T>), or g(Tag<WithMin<T, form>>) for a type with mins where FTW_GGUF_CUDA_MIN names the
+// form it does not take by default (read at every launch)
 template <class T, class G>
-void with_tuning(G&& g) {
+void with_min_form(G&& g) {
     constexpr int kF = MinFormOf<Fast<T>>::value;
-    const char* b = std::getenv("FTW_GGUF_CUDA_BLOCKS");
-    if (b != nullptr && std::string(b) == "5") return g(Tag<Tuned<T, kF, 5>>{});
     if constexpr (kF >= 0) {
+        static_assert(kMinHiLo + kMinShift == 1, "two forms: the other is 1 - kF");
         const char* e = std::getenv("FTW_GGUF_CUDA_MIN");
         const std::string v = e ? e : "";
-        if (v == "hilo") return g(Tag<Tuned<T, kMinHiLo, 4>>{});
-        if (v == "shift") return g(Tag<Tuned<T, kMinShift, 4>>{});
-        if (v == "shift1") return g(Tag<Tuned<T, kMinShiftRounded, 4>>{});
+        const int f = v == "hilo" ? kMinHiLo : v == "shift" ? kMinShift : kF;
+        if (f != kF) return g(Tag<WithMin<T, 1 - kF>>{});
     }
-    g(Tag<Tuned<T, kF, 4>>{});
+    g(Tag<T>{});
 }
 
 // rows of n values of ggml type T: bytes
@@ -1353,7 +1340,6 @@ struct StagedRows {
     static constexpr int kChunkBytes = 256 / T::size.block_values * T::size.block_bytes;
     static constexpr int kAlign = T::size.block_bytes % 16 == 0 ? 16 : T::size.block_bytes & -T::size.block_bytes;
     static constexpr int kSpan = (16 - kAlign + kChunkBytes + 15) / 16;
-    static constexpr int kStagedBlocks = F::kStagedBlocks;
     __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
     __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
         return type_row_bytes<T>(proj == 0 ? p.H : p.I);
@@ -1456,7 +1442,7 @@ void with_decoder(TypeList<void>, int, Mode, F&& f) {
 template <class T, class... Rest, class F>
 void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
     if constexpr (Fast<T>::kHas) {
-        if (id == T::size.id) return with_tuning<T>([&](auto tag) {
+        if (id == T::size.id) return with_min_form<T>([&](auto tag) {
             using U = typename decltype(tag)::type;
             constexpr bool pf = HasPrefetch<Fast<U>>::value;
             if (m == Mode::kLoaded) return f(TypedDecoder<U, false, false>{});
