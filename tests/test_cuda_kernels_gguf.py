@@ -179,6 +179,15 @@ def test_every_way_of_applying_the_min(name, form, T, monkeypatch):
     check((name, name, name), T, [T, TYPES.index(name), 10 + MIN_FORMS.index(form)])
 
 
+@pytest.mark.parametrize("name", FAST)
+def test_staged_kernel_reading_its_ring_through_generic_addresses(name, monkeypatch):
+    """FTW_GGUF_CUDA_SHARED=generic (the bench's comparison): the staged kernel's loads of the ring
+    through generic addresses decode the same values."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    monkeypatch.setenv("FTW_GGUF_CUDA_SHARED", "generic")
+    check((name, name, name), 4, [4, TYPES.index(name), 6])
+
+
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4"])
 def test_staged_rows_ending_in_a_partial_chunk(name, monkeypatch):
     """H and I not multiples of 256: a row's last 256-value chunk holds fewer than 8 blocks; the

@@ -483,26 +483,46 @@ __device__ __forceinline__ uint2 ld_stream2(const void* p) {
     return v;
 }
 
+__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
+    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
+}
+
+// p rounded down to a multiple of A bytes, through an integer
+template <int A, class P>
+__device__ __forceinline__ const P* align_int(const uint8_t* p) {
+    return reinterpret_cast<const P*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(A - 1));
+}
+
 // Where a decoder's load<M>() reads a unit's bytes: global memory (the register-fed kernels, a
 // ring stage ahead: weight bytes streamed past the L1, block heads through it, as the quad's four
 // lanes share them), or the staged kernel's shared-memory ring (plain loads of an address there;
 // the kernel orders them after the copies landed).
 struct GlobalLoads {
+    static constexpr bool kShared = false;
     __device__ static uint4 stream16(const void* p) { return ld_stream(p); }
     __device__ static uint4 cached16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
     __device__ static uint2 stream8(const void* p) { return ld_stream2(p); }
     __device__ static uint32_t word(const void* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return align_int<A, P>(p); }
 };
+// The shared-memory ring's addresses are rounded down by pointer arithmetic rather than through
+// an integer, so that the compiler still sees them as pointers into shared memory: ld.shared with
+// 32-bit addresses, where through an integer they became generic loads with 64-bit address
+// arithmetic (SharedLoadsGeneric, kept for the comparison: FTW_GGUF_CUDA_SHARED=generic).
 struct SharedLoads {
+    static constexpr bool kShared = true;
     __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint4 cached16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint2 stream8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
     __device__ static uint32_t word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return reinterpret_cast<const P*>(p - addr_low(p, A - 1)); }
 };
-
-__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
-    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
-}
+struct SharedLoadsGeneric : SharedLoads {
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return align_int<A, P>(p); }
+};
 
 // the aligned 8-byte words covering L bytes at an address aligned to A (the last word may hold
 // bytes past the L, never past the aligned word holding the block's last byte)
@@ -514,7 +534,7 @@ struct Span {
 
 template <int L, int A, class M = GlobalLoads>
 __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
-    const uint2* base = reinterpret_cast<const uint2*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(7));
+    const uint2* base = M::template align<8, uint2>(a);
     // N words cover L bytes at the worst offset; at a better one the last would lie past them
     // (past the bank, for its last block): read the last word holding one of them again instead
     const uint32_t last = (addr_low(a, 7) + L - 1) >> 3;
@@ -527,7 +547,7 @@ __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
 // the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
 template <class M = GlobalLoads>
 __device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
-    return M::word(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
+    return M::word(M::template align<4>(a));
 }
 
 template <int L, int A>
@@ -728,13 +748,13 @@ struct WholeBlock {
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u) * N;
-        if constexpr (std::is_same_v<M, SharedLoads>) {
+        if constexpr (M::kShared) {
             // Shared memory reads 4-byte words at any word address: shift the block's bytes into
             // place here, so that decode sees offset 0 and its byte selection folds away (fewer
             // registers: decode's select network spilled in the staged kernel). Only the words
             // holding the block's bytes are read.
             constexpr int NW = 2 * Span<N, A>::N, NB = (N + 3) / 4;
-            const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t(3));
+            const uint32_t* w = M::template align<4, uint32_t>(b);
             const uint32_t off = addr_low(b, 3), last = (off + N - 1) >> 2;
             uint32_t x[NB + 1], y[NW];
 #pragma unroll
@@ -1194,7 +1214,7 @@ struct Fast<IQ3_XXS> {
         const uint8_t* a = b + 66 + 4 * ib;
         IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(a, 3) << 8;
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3));
+        const uint32_t* w = M::template align<4, uint32_t>(a);
         // the next word only where the 4 bytes straddle two (a % 4 == 2): the word after the last
         // sub-block's lies past the block, past the bank for its last block
         return {h, M::word(w), M::word(w + (addr_low(a, 3) >> 1))};
@@ -1231,7 +1251,7 @@ struct Fast<IQ3_S> {
         const uint8_t *qh = b + 66 + ib, *sg = b + 74 + 4 * ib, *sc = b + 106 + ib / 2;
         IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(qh, 3) << 8 | addr_low(sg, 3) << 10 | addr_low(sc, 3) << 12 | uint32_t(ib & 1) << 14;
-        const uint32_t* sw = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sg) & ~uintptr_t(3));
+        const uint32_t* sw = M::template align<4, uint32_t>(sg);
         return {h, ld_word_at<M>(qh), M::word(sw), M::word(sw + 1), ld_word_at<M>(sc)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
@@ -1333,7 +1353,7 @@ __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
 // covering a chunk (kSpan). decode_staged reads the unit's bytes with the same Fast<T>::load as
 // the register-fed kernels, from the shared-memory ring instead of global memory.
-template <class T>
+template <class T, class M>
 struct StagedRows {
     using F = Fast<T>;
     static constexpr bool kStaged = true;
@@ -1345,7 +1365,7 @@ struct StagedRows {
         return type_row_bytes<T>(proj == 0 ? p.H : p.I);
     }
     __device__ static void decode_staged(const uint8_t* b, int k, uint32_t (&w)[16]) {
-        F::decode(F::template load<SharedLoads>(b, k), w);
+        F::decode(F::template load<M>(b, k), w);
     }
 };
 struct RegisterFedOnly {};
@@ -1358,8 +1378,8 @@ struct RegisterFedOnly {};
 // each row's chunks into shared memory by cp.async, many bytes in flight without registers;
 // prefill and FTW_CUDA_DECODE=classic keep the register-fed way Fast<T>::kPrefetch picks).
 // The defaults per type (kPrefetch, kStaged) come from measurements (docs/BENCHMARKS.md).
-template <class T, bool Prefetched, bool Staging>
-struct TypedDecoder : std::conditional_t<Staging, StagedRows<T>, RegisterFedOnly> {
+template <class T, bool Prefetched, bool Staging, class M = SharedLoads>
+struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedOnly> {
     using F = Fast<T>;
     using Classic = TypedDecoder<T, Prefetched, false>;  // the register-fed kernels' instantiation
     static constexpr int VEC = 32;
@@ -1433,6 +1453,13 @@ Mode mode() {
                                : Mode::kPerType;
 }
 
+// FTW_GGUF_CUDA_SHARED=generic: the staged kernel reads the ring through generic addresses
+// (SharedLoadsGeneric), as before, for the bench's comparison
+bool generic_shared_loads() {
+    const char* e = std::getenv("FTW_GGUF_CUDA_SHARED");
+    return e != nullptr && std::string(e) == "generic";
+}
+
 // f(decoder) with the decoder of a projection whose rows are all of ggml type `id` (-1: mixed
 // or unaligned rows): TypedDecoder<T, ...> where T has a Fast<T>, else the table-driven GgmlDecoder.
 template <class F>
@@ -1447,8 +1474,10 @@ void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
             constexpr bool pf = HasPrefetch<Fast<U>>::value;
             if (m == Mode::kLoaded) return f(TypedDecoder<U, false, false>{});
             if (m == Mode::kPrefetched) return f(TypedDecoder<U, true, false>{});
-            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<U>>::value))
+            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<U>>::value)) {
+                if (generic_shared_loads()) return f(TypedDecoder<U, pf, true, SharedLoadsGeneric>{});
                 return f(TypedDecoder<U, pf, true>{});
+            }
             return f(TypedDecoder<U, pf, false>{});
         });
     }
