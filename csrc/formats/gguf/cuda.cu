@@ -498,7 +498,7 @@ __device__ __forceinline__ const P* align_int(const uint8_t* p) {
 // lanes share them), or the staged kernel's shared-memory ring (plain loads of an address there;
 // the kernel orders them after the copies landed).
 struct GlobalLoads {
-    static constexpr bool kShared = false;
+    static constexpr bool kShared = false, kRealign = false;
     __device__ static uint4 stream16(const void* p) { return ld_stream(p); }
     __device__ static uint4 cached16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
     __device__ static uint2 stream8(const void* p) { return ld_stream2(p); }
@@ -511,7 +511,7 @@ struct GlobalLoads {
 // 32-bit addresses, where through an integer they became generic loads with 64-bit address
 // arithmetic (SharedLoadsGeneric, kept for the comparison: FTW_GGUF_CUDA_SHARED=generic).
 struct SharedLoads {
-    static constexpr bool kShared = true;
+    static constexpr bool kShared = true, kRealign = true;  // kRealign: load_span's words shifted into place
     __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint4 cached16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint2 stream8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
@@ -520,6 +520,7 @@ struct SharedLoads {
     __device__ static const P* align(const uint8_t* p) { return reinterpret_cast<const P*>(p - addr_low(p, A - 1)); }
 };
 struct SharedLoadsGeneric : SharedLoads {
+    static constexpr bool kRealign = false;
     template <int A, class P = uint8_t>
     __device__ static const P* align(const uint8_t* p) { return align_int<A, P>(p); }
 };
@@ -534,6 +535,23 @@ struct Span {
 
 template <int L, int A, class M = GlobalLoads>
 __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
+    if constexpr (M::kRealign) {
+        // Shared memory reads 4-byte words at any word address: the L bytes shifted into place
+        // here (a funnel shift per word, by a % 4), so the decoder's byte selection (bytes_at)
+        // sees offset 0 (span_offset) and folds away. Only words holding the L bytes are read.
+        constexpr int NB = (L + 3) / 4;
+        const uint32_t off = addr_low(a, 3), last = (off + L - 1) >> 2;
+        const uint32_t* w = M::template align<4, uint32_t>(a);
+        uint32_t x[NB + 1], y[2 * Span<L, A>::N];
+#pragma unroll
+        for (int i = 0; i <= NB; ++i) x[i] = M::word(w + min(uint32_t(i), last));
+#pragma unroll
+        for (int i = 0; i < 2 * Span<L, A>::N; ++i) y[i] = i < NB ? __funnelshift_r(x[i], x[i + 1], off * 8) : 0u;
+        Span<L, A> s;
+#pragma unroll
+        for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = make_uint2(y[2 * i], y[2 * i + 1]);
+        return s;
+    }
     const uint2* base = M::template align<8, uint2>(a);
     // N words cover L bytes at the worst offset; at a better one the last would lie past them
     // (past the bank, for its last block): read the last word holding one of them again instead
@@ -542,6 +560,12 @@ __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
 #pragma unroll
     for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = M::stream8(base + min(uint32_t(i), last));
     return s;
+}
+
+// the offset of a span's first byte in its words: a % 8, or 0 where load_span shifted them
+template <class M>
+__device__ __forceinline__ uint32_t span_offset(const uint8_t* a) {
+    return M::kRealign ? 0u : addr_low(a, 7);
 }
 
 // the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
@@ -1001,7 +1025,7 @@ struct Fast<Q6_K> {
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t* sc = b + 192 + 8 * h + 2 * s;
         const uint8_t* d = b + 208;
-        const uint32_t os = addr_low(b, 7) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
+        const uint32_t os = span_offset<M>(b) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
         return {load_span<32, 2, M>(b + 64 * h + 32 * (s & 1)), load_span<32, 2, M>(b + 128 + 32 * h),
                 ld_word_at<M>(sc), ld_word_at<M>(d), os};
     }
@@ -1089,7 +1113,7 @@ struct Fast<Q3_K> {
         const uint8_t* b = row + int64_t(u >> 3) * 110;
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t *lo = b + 96 + 2 * s, *hi = b + 104 + 2 * (s & 1), *d = b + 108;
-        const uint32_t os = addr_low(b, 7) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
+        const uint32_t os = span_offset<M>(b) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
                             addr_low(d, 3) << 12;
         return {load_span<32, 2, M>(b), load_span<32, 2, M>(b + 32 + 32 * h), ld_word_at<M>(lo), ld_word_at<M>(hi),
                 ld_word_at<M>(d), os};
@@ -1139,7 +1163,7 @@ struct IqHead {
 };
 template <class M>
 __device__ __forceinline__ IqHead iq_head(const uint8_t* b, int ib) {
-    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
+    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), span_offset<M>(b + 2) | addr_low(b, 3) << 4};
 }
 __device__ __forceinline__ float iq_d(const IqHead& r) { return half_bits(r.d >> (8 * ((r.os >> 4) & 3))); }
 __device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
