@@ -21,14 +21,19 @@
 // one bf16x2 multiply or fma): the value is the integer times the scale rounded to bf16, rounded
 // once, so it is within about 2^-8 of ggml's float32 value (relative) rather than 2^-9, and the
 // scale's rounding is shared by the sub-block's values. The types with mins (Q4_K, Q5_K, Q2_K)
-// carry scale and min as bf16 pairs hi + lo (ScaledMin), their values within an ulp of ggml's
-// float32 value rounded to bf16, at a speed cost: with scale and min rounded once (ScaledOffset)
-// Q4_K ran 0.44x of the ceiling instead of 0.31x, but `ftw check --runtime cuda` measured 1.4e-2
-// and 1.6e-2 on the Q4_K samples (glm4moe, qwen3moe) against 7.8-9.5e-3, too near its 2e-2 bound
-// for the most common type (docs/BENCHMARKS.md). Q8_0 takes its integer through an exact float32 (8 bits do not fit
-// a bf16 magic); MXFP4's values are exact in bf16, as in the mxfp4 format. Either way the error of
-// a dot product averages out to a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the
-// tolerance).
+// must not round the min on its own: it is as large as the values, and its rounding would be
+// common to the sub-block (scale and min rounded once each, "ScaledOffset", put `ftw check
+// --runtime cuda` at 1.4-1.6e-2 on the Q4_K samples against its 2e-2 bound). Q4_K and Q2_K take
+// the min's integer multiple c0 = round(m1 / d1) of the scale off the quant exactly and round only
+// the rest (ShiftedMin: value = (q - c0) * d1 + (c0 * d1 - m1), d1 rounded to bf16; 3
+// instructions per pair as ScaledOffset): `ftw check` 5.6-6.1e-3 on the qwen3moe Q4_K sample
+// (7.5-9.0e-3 with ScaledMin). Q5_K carries scale and min as bf16 pairs hi + lo (ScaledMin,
+// within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
+// ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
+// measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
+// Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
+// are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
+// a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -509,7 +514,10 @@ struct GlobalLoads {
 // The shared-memory ring's addresses are rounded down by pointer arithmetic rather than through
 // an integer, so that the compiler still sees them as pointers into shared memory: ld.shared with
 // 32-bit addresses, where through an integer they became generic loads with 64-bit address
-// arithmetic (SharedLoadsGeneric, kept for the comparison: FTW_GGUF_CUDA_SHARED=generic).
+// arithmetic (SharedLoadsGeneric, which also reads spans as 8-byte words). H200, T=1: Q6_K 0.26x
+// -> 0.30x of the ceiling, Q3_K 0.17x -> 0.20x; IQ3_S 0.20x -> 0.19x, so the IQ types keep
+// SharedLoadsGeneric (Fast<T>::kGenericShared); FTW_GGUF_CUDA_SHARED=generic | shared forces one
+// for every type (docs/BENCHMARKS.md, "GGUF mins and shared loads").
 struct SharedLoads {
     static constexpr bool kShared = true, kRealign = true;  // kRealign: load_span's words shifted into place
     __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -664,7 +672,8 @@ struct Scaled {
 // m1 rounded to bf16 once (one fma per pair, "ScaledOffset"; measured on the H200, then dropped)
 // the two roundings put one error on all 32 values of a sub-block: a Q5_K test case measured
 // 8.5e-3 against the 8e-3 bound, the Q4_K samples' `ftw check` 1.4-1.6e-2 against 2e-2. These two
-// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md).
+// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md);
+// Q4_K and Q2_K take ShiftedMin below instead, Q5_K keeps this form (file header).
 struct ScaledMin {
     static constexpr uint32_t b = bf16x2_biased(0);  // the bias int_pairs takes off: q itself
     uint32_t dh, dl, ch, cl;
@@ -803,7 +812,9 @@ struct Fast {
 };
 // rows of a type with mins, scale and min applied the form F way (Fast<T>::WithForm<F>)
 template <class T, int F>
-struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {};
+struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {
+    static_assert(Fast<T>::template WithForm<F>::kHas, "a form of a type with a decoder of its own");
+};
 
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
 template <>
@@ -938,7 +949,7 @@ struct Q4KFast {
     using WithForm = Q4KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
-    static constexpr bool kStaged = true;    // H200: 0.31x (0.44x with ScaledOffset), faster than both
+    static constexpr bool kStaged = true;    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -1013,7 +1024,7 @@ template <>
 struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
-    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x)
+    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x); 0.30x with ld.shared
     struct Raw {
         Span<32, 2> ql, qh;
         uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
@@ -1058,7 +1069,7 @@ struct Q2KFast {
     using WithForm = Q2KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
-    static constexpr bool kStaged = true;    // H200: 0.17x (0.26x with ScaledOffset), faster than both
+    static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
     struct Raw {
         uint32_t q[8];
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
@@ -1102,7 +1113,7 @@ template <>
 struct Fast<Q3_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
-    static constexpr bool kStaged = true;    // H200: 0.17x at T=1 (2% faster), 0.17x / 0.14x at T=8
+    static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1177,6 +1188,7 @@ template <>
 struct Fast<IQ2_XXS> {
     static constexpr bool kHas = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.12x
+    static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     using Raw = IqHead;
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) { return iq_head<M>(row + int64_t(u >> 3) * 66, u & 7); }
@@ -1196,6 +1208,7 @@ template <>
 struct Fast<IQ2_XS> {
     static constexpr bool kHas = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.14x
+    static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     struct Raw {
         IqHead head;
         uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
@@ -1227,6 +1240,7 @@ struct Fast<IQ2_XS> {
 template <>
 struct Fast<IQ3_XXS> {
     static constexpr bool kHas = true;
+    static constexpr bool kGenericShared = true;  // as IQ3_S (where staged: FTW_GGUF_CUDA_DECODER=staged)
     struct Raw {
         IqHead head;
         uint32_t s0, s1;  // the words covering the sub-block's u32 of signs and scale (2-byte aligned)
@@ -1264,6 +1278,7 @@ struct Fast<IQ3_S> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.17x
     static constexpr bool kStaged = true;    // H200: 0.19x, faster than both
+    static constexpr bool kGenericShared = true;  // H200: 0.20x; 0.19x with ld.shared (SharedLoads)
     struct Raw {
         IqHead head;
         uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte
@@ -1477,11 +1492,23 @@ Mode mode() {
                                : Mode::kPerType;
 }
 
-// FTW_GGUF_CUDA_SHARED=generic: the staged kernel reads the ring through generic addresses
-// (SharedLoadsGeneric), as before, for the bench's comparison
+template <class F>
+struct GenericSharedDefault {  // Fast<T>::kGenericShared: the staged kernel reads with SharedLoadsGeneric
+    template <class D>
+    static constexpr bool test(decltype(&D::kGenericShared)) { return D::kGenericShared; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// How the staged kernel reads its ring for rows of type T: SharedLoadsGeneric where T says so
+// (kGenericShared) or FTW_GGUF_CUDA_SHARED=generic, SharedLoads where it does not or
+// FTW_GGUF_CUDA_SHARED=shared (the bench's comparisons)
+template <class T>
 bool generic_shared_loads() {
     const char* e = std::getenv("FTW_GGUF_CUDA_SHARED");
-    return e != nullptr && std::string(e) == "generic";
+    const std::string v = e ? e : "";
+    return v == "generic" || (v != "shared" && GenericSharedDefault<Fast<T>>::value);
 }
 
 // f(decoder) with the decoder of a projection whose rows are all of ggml type `id` (-1: mixed
@@ -1499,7 +1526,7 @@ void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
             if (m == Mode::kLoaded) return f(TypedDecoder<U, false, false>{});
             if (m == Mode::kPrefetched) return f(TypedDecoder<U, true, false>{});
             if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<U>>::value)) {
-                if (generic_shared_loads()) return f(TypedDecoder<U, pf, true, SharedLoadsGeneric>{});
+                if (generic_shared_loads<U>()) return f(TypedDecoder<U, pf, true, SharedLoadsGeneric>{});
                 return f(TypedDecoder<U, pf, true>{});
             }
             return f(TypedDecoder<U, pf, false>{});
