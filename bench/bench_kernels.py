@@ -59,7 +59,7 @@ L2_BYTES = 60 << 20
 VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (register-fed) for every format
             "staged": {"FTW_CUDA_DECODE": "staged"},  # experts_decode_staged for every format
             "nopdl": {"FTW_CUDA_PDL": "0"},  # staged phase 1 launched after phase 0 completes
-            # gguf (csrc/formats/gguf/cuda.cu): every type with a decoder of its own one way
+            # gguf (csrc/formats/gguf/decoders.cuh): every type with a decoder of its own one way
             "gguf-staged": {"FTW_GGUF_CUDA_DECODER": "staged"},  # experts_decode_staged (shared memory)
             "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
             "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1
@@ -75,6 +75,15 @@ CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
 VARIANTS.update({f"ks{n}": {"FTW_CUDA_DECODE": "classic", "FTW_CUDA_KSPLIT": str(n)} for n in (1, 2, 4, 8)})
 VARIANTS.update({f"sks{n}": {"FTW_CUDA_DECODE": "staged", "FTW_CUDA_STAGED_KSPLIT": str(n)} for n in (1, 2, 4)})
+# register-fed decode shapes of the formats with a RegisterShape list (bf16, fp8_block: their
+# cuda.cu): rs<i> the i-th after the default, rs-legacy RegisterShape<> in the legacy loop; "before"
+# that with fp8_block's general scale lookup: the decode these formats had before the shapes
+VARIANTS.update({f"rs{i}": {"FTW_CUDA_REGISTER_SHAPE": str(i)} for i in range(1, 5)})
+VARIANTS["rs-legacy"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy"}
+VARIANTS.update({f"rs{i}-ks{n}": {"FTW_CUDA_REGISTER_SHAPE": str(i), "FTW_CUDA_KSPLIT": str(n)}
+                 for i in range(1, 5) for n in (2, 4, 8)})
+VARIANTS["fp8-any"] = {"FTW_CUDA_FP8_SCALES": "any"}  # fp8_block: the general scale lookup for 128 x 128 f32 too
+VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES": "any"}
 
 
 def cdiv(a, b):

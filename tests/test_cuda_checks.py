@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not rt.cuda_experts_formats(), reason="ftw._runt
 
 BASE = 1 << 40  # a 4 KiB-aligned address; never read: every call here is refused first
 CUDA_FORMATS = ["bf16", "ds_fp4", "fp8_block", "gguf", "mxfp4", "mxfp8", "nvfp4"]
-# the ggml types csrc/formats/gguf/cuda.cu decodes (issue 14: every type the CPU executor has,
+# the ggml types csrc/formats/gguf/ (decoders.cuh) decodes (issue 14: every type the CPU executor has,
 # less the float ones)
 GGML_CUDA_TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q5_K", "Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1",
                    "Q2_K", "Q3_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"]
@@ -182,10 +182,15 @@ def test_unsupported_reason_names_each_ggml_type_without_decoder():
 # The register-fed decode kernel's warps per block splitting a row (csrc/cuda/experts_kernels.cuh,
 # k_split), at the launch shapes measured on the H200 (132 SMs; docs/BENCHMARKS.md, "Launch
 # shapes"): the best fixed split of each case there, phase 0 (gate_up, grid I / (8 NT) x 8) and
-# phase 1 (down, grid H / (16 NT) x 8), NT = 2 for bf16 (8 values per 16 bytes), else 1.
+# phase 1 (down, grid H / (16 NT) x 8), NT = the tiles per warp of the decoder's RegisterShape
+# (2 for bf16 and fp8_block since "Register-fed decode shapes", 1 for the others).
 @pytest.mark.parametrize("in_, vec, blocks, ks", [
     (7168, 8, 128 * 8, 4),    # deepseek-v3 bf16 gate_up: 56 chunks per warp (8 warps: 0.77x, 4: 0.81x)
-    (7168, 16, 256 * 8, 2),   # deepseek-v3 fp8_block gate_up (8 warps: 0.46x, 2: 0.53x)
+    (7168, 16, 128 * 8, 2),   # deepseek-v3 fp8_block gate_up, NT = 2 (both phases 2 warps: 0.77x, 4: 0.71x)
+    (2048, 16, 224 * 8, 2),   # deepseek-v3 fp8_block down, NT = 2
+    (2048, 16, 48 * 8, 4),    # qwen3 fp8_block gate_up, NT = 2 (the rule's 4 and 4: 0.55x, both 2: 0.46x)
+    (768, 16, 64 * 8, 4),     # qwen3 fp8_block down, NT = 2
+    (7168, 16, 256 * 8, 2),   # deepseek-v3 fp8_block gate_up, NT = 1 (8 warps: 0.46x, 2: 0.53x)
     (7168, 32, 256 * 8, 2),   # deepseek-v3 nvfp4 (register-fed): 1 and 2 warps alike, 8 worst
     (2048, 16, 448 * 8, 2),   # deepseek-v3 fp8_block down: the GPU is full with 1 warp, 2 are faster
     (2048, 8, 48 * 8, 4),     # qwen3 bf16 gate_up: 2 warps leave the GPU under-filled (0.43x), 4 best

@@ -1,4 +1,4 @@
-"""GGUF layers on the GPU (csrc/formats/gguf/cuda.cu) against the float64 reference.
+"""GGUF layers on the GPU (csrc/formats/gguf/decoders.cuh) against the float64 reference.
 
 Every test needs a GPU (marked `gpu`, skipped elsewhere). Rows are fresh random ggml blocks (random
 quant bytes, random positive scales in each type's f16/e8m0 scale fields); the reference is

@@ -67,7 +67,7 @@ uintptr_t error_flag(uintptr_t workspace);
 // Formats that have a CUDA kernel (registered by csrc/formats/<name>/cuda.cu), sorted.
 std::vector<std::string> experts_formats();
 
-// The ggml types the gguf format decodes on the GPU (csrc/formats/gguf/cuda.cu), its table order.
+// The ggml types the gguf format decodes on the GPU (csrc/formats/gguf/launch.cu), its table order.
 std::vector<std::string> ggml_cuda_types();
 
 // A read-only streaming kernel over `bytes` bytes at `ptr` (the bench's bandwidth ceiling);

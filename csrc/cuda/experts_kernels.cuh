@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "pools/pool_view.h"
 
@@ -62,12 +63,23 @@ constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emi
 
 // ---- small device helpers -------------------------------------------------------------------
 
-// Weights are read once per step: stream them past L1.
+// Weights are read once per step: stream them past L1. L2Bytes (128 or 256): the L2 fetches that
+// much around the address from memory (the next units of the row arrive ahead of their loads).
+template <int L2Bytes = 0>
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    if constexpr (L2Bytes == 256)
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+    else if constexpr (L2Bytes == 128)
+        asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+    else
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
     return v;
 }
 
@@ -278,6 +290,17 @@ struct HasChunkScale {
     static constexpr bool value = test<Dec>(nullptr);
 };
 
+// Rows sharing one chunk scale row, in aligned groups (optional Dec::kScaleRows; 1: none known):
+// the register-fed decode loads one scale per group of its tiles' rows.
+template <class Dec>
+struct ScaleRowsOf {
+    template <class D>
+    static constexpr int test(decltype(D::kScaleRows)*) { return D::kScaleRows; }
+    template <class D>
+    static constexpr int test(...) { return 1; }
+    static constexpr int value = test<Dec>(nullptr);
+};
+
 // Where a chunk-scaled decoder's row scales start (ChunkRow), or nothing for other decoders.
 template <class Dec, bool CS = HasChunkScale<Dec>::value>
 struct ChunkRowOf {
@@ -290,57 +313,59 @@ struct ChunkRowOf<Dec, false> {
 
 // Decode (T <= 8): the weights are the M side of the mma (16 rows: lane group g reads rows g and
 // g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
-// 16 rows; KS warps split the input dimension; each lane keeps D units of weights and x in flight.
+// 16 rows; KS warps split the input dimension; each lane keeps D chunks of weights in flight.
 // PH 0 tiles pair gate row j (row g) with up row j (row g + 8), so a lane holds both for its j.
+//
+// The kernel's shape, per decoder (optional `using RegisterShape = RegisterShape<...>;`):
+//   NT         16-row tiles per warp (0: 2 for 8 values per 16 bytes, bf16 decoding for free; else 1)
+//   D          chunks in flight per lane (0: 3 for 16 values per 16 bytes, else 2)
+//   XRing      x loaded with the weights, D chunks ahead, or (false) when its chunk is consumed:
+//              x stays in L1 (the weights bypass it), and at T=1 only 4 lanes of 32 use x
+//   MaxRegs    registers per lane (__maxnreg__): 128 holds 16 warps per SM, 96 20, 80 24, 64 32
+//   ScaleRing  chunk-scaled decoders: the chunk scales loaded with the weights (else at use)
+//   L2Bytes    the weight loads' L2 prefetch size (0, 128, 256; read by the decoder's load)
+//   Pdl        phase 1 launched as a programmatic dependent of phase 0: its blocks start while
+//              phase 0's last blocks run, put their first D chunks of weights in flight, and
+//              wait for phase 0 (act, the cleared out) before the first x is read
+template <int NT_ = 0, int D_ = 0, bool XRing_ = true, int MaxRegs_ = 128, bool ScaleRing_ = false, int L2Bytes_ = 0,
+          bool Pdl_ = false>
+struct RegisterShape {
+    static constexpr int NT = NT_, D = D_, MaxRegs = MaxRegs_, L2Bytes = L2Bytes_;
+    static constexpr bool XRing = XRing_, ScaleRing = ScaleRing_, Pdl = Pdl_;
+};
 
-// One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
+// A decoder without a RegisterShape runs the legacy loop (Legacy) with the default shape.
+template <class Dec>
+struct RegisterShapeOf {
+    template <class D>
+    static typename D::RegisterShape test(int);
+    template <class D>
+    static void test(...);
+    static constexpr bool Legacy = std::is_void_v<decltype(test<Dec>(0))>;
+    using S = std::conditional_t<Legacy, RegisterShape<>, decltype(test<Dec>(0))>;
+    static constexpr int NT = S::NT ? S::NT : (Dec::VEC == 8 ? 2 : 1);
+    static constexpr int D = S::D ? S::D : (Dec::VEC == 16 ? 3 : 2);
+    static constexpr int MaxRegs = S::MaxRegs;
+    static constexpr bool XRing = S::XRing, ScaleRing = S::ScaleRing && HasChunkScale<Dec>::value, Pdl = S::Pdl;
+};
+
+// The legacy loop: x in the ring, scales at use, loads predicated (decoders without a
+// RegisterShape; FTW_CUDA_REGISTER_SHAPE=legacy for the others).
 template <class Dec, int PH, int NT>
-__device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
-                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
+__device__ __forceinline__ void decode_expert_legacy(const KernelParams& p, const Tile& tile,
+                                                     float (&acc)[NT][4], typename Dec::Row (&row)[NT][2],
+                                                     bool (&rok)[NT][2], typename ChunkRowOf<Dec>::type (&crow)[NT][2],
+                                                     const __nv_bfloat16* xrow) {
     constexpr int V = Dec::VEC;
-    constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
-    constexpr int NX = NR / 4;  // 16-byte loads of x per unit
-    constexpr int D = V == 16 ? 3 : 2;  // units in flight: what fits in 128 registers
+    constexpr int NR = V / 2;
+    constexpr int NX = NR / 4;
+    constexpr int D = RegisterShapeOf<Dec>::D;
     constexpr bool CS = HasChunkScale<Dec>::value;
-    using ChunkRow = typename ChunkRowOf<Dec>::type;
     const int KS = blockDim.x / 32;
-    const int slot = tile.slot;
-    const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, tig = lane & 3;
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
     const int nchunks = (nunits + 3) >> 2;
-
-    typename Dec::Row row[NT][2];
-    bool rok[NT][2];
-    ChunkRow crow[NT][2];  // chunk scales of the rows, clamped in range (rows past the end)
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int r;
-            if (PH == 0) {
-                const int j = (blockIdx.x * NT + n) * 8 + g;
-                rok[n][h] = j < p.I;
-                r = h ? p.I + j : j;
-            } else {
-                r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
-                rok[n][h] = r < p.H;
-            }
-            row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
-            if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
-        }
-    const __nv_bfloat16* xrow = nullptr;
-    if (g < tile.count) {
-        const int pair = tile.pairs[g];
-        xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
-    }
-
-    float acc[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-
     struct Stage {
         typename Dec::Raw w[NT][2];
         uint4 x[NX];
@@ -392,6 +417,164 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             }
         }
     }
+}
+
+// One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
+template <class Dec, int PH, int NT, bool Legacy>
+__device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
+                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
+    using Shape = RegisterShapeOf<Dec>;
+    constexpr int V = Dec::VEC;
+    constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
+    constexpr int NX = NR / 4;  // 16-byte loads of x per unit
+    constexpr int D = Shape::D;
+    constexpr bool CS = HasChunkScale<Dec>::value;
+    constexpr bool XR = Shape::XRing, SR = Shape::ScaleRing;
+    using ChunkRow = typename ChunkRowOf<Dec>::type;
+    const int KS = blockDim.x / 32;
+    const int slot = tile.slot;
+    const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int in = PH == 0 ? p.H : p.I;
+    const int nunits = in / V;
+    const int nchunks = (nunits + 3) >> 2;
+
+    typename Dec::Row row[NT][2];
+    bool rok[NT][2];
+    ChunkRow crow[NT][2];  // chunk scales of the rows, clamped in range (rows past the end)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            int r;
+            if (PH == 0) {
+                const int j = (blockIdx.x * NT + n) * 8 + g;
+                rok[n][h] = j < p.I;
+                r = h ? p.I + j : j;
+            } else {
+                r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                rok[n][h] = r < p.H;
+            }
+            row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
+            if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
+        }
+    const __nv_bfloat16* xrow = nullptr;
+    if (g < tile.count) {
+        const int pair = tile.pairs[g];
+        xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+    }
+
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
+
+    if constexpr (Legacy) {
+        decode_expert_legacy<Dec, PH, NT>(p, tile, acc, row, rok, crow, xrow);
+    } else {
+        // A stage: one chunk's weight units of every row of the lane, and what XRing / ScaleRing
+        // load with them (unused members cost no registers).
+        struct Stage {
+            typename Dec::Raw w[NT][2];
+            uint4 x[NX];
+            float s[NT][2];
+        };
+        Stage ring[D];
+        auto load_x = [&](int c, uint4 (&x)[NX]) {
+            const int u = c * 4 + tig;
+            const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(u) * V);
+#pragma unroll
+            for (int i = 0; i < NX; ++i) x[i] = (xrow != nullptr && u < nunits) ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+        };
+        // Weight loads need no predicate: rows past the matrix read row 0 (clamped above) and
+        // their sums are dropped; units past the row (a partial last chunk, or a refill past the
+        // last chunk) read the row's last unit, which meets zero x or is never used.
+        auto fetch_tile = [&](int c, int n, Stage& st) {
+            const int u = min(c * 4 + tig, nunits - 1);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) st.w[n][h] = Dec::load(row[n][h], u);
+        };
+        // Tile n's row h takes the chunk scale of tile sn(n)'s row sh(h) where the decoder says
+        // they share it: phase 0's 8 NT gate (and up) rows of a block, phase 1's 16 NT rows.
+        constexpr int SHR = ScaleRowsOf<Dec>::value;
+        constexpr bool share_n = PH == 0 ? SHR % (8 * NT) == 0 : SHR % (16 * NT) == 0;
+        constexpr bool share_h = PH == 1 && share_n;
+        auto chunk_scale = [&](int n, int h, int c) {
+            if constexpr (CS)
+                return Dec::chunk_scale(p, PH, crow[share_n ? 0 : n][share_h ? 0 : h], c);
+            else
+                return 0.f;
+        };
+        auto fetch_side = [&](int c, Stage& st) {
+            if constexpr (XR) load_x(c, st.x);
+            if constexpr (SR) {
+                const int cc = c < nchunks ? c : 0;  // a chunk past the row: any scale in range
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        st.s[n][h] = (n > 0 && share_n) || (h > 0 && share_h) ? 0.f : chunk_scale(n, h, cc);
+            }
+        };
+        auto stage_scale = [&](const float (&sc)[NT][2], int n, int h) { return sc[share_n ? 0 : n][share_h ? 0 : h]; };
+        // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read
+        auto wait_phase0 = [] {
+            if constexpr (PH == 1 && Shape::Pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+        };
+        if constexpr (XR) wait_phase0();
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            fetch_side(ks + d * KS, ring[d]);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) fetch_tile(ks + d * KS, n, ring[d]);
+        }
+        if constexpr (!XR) wait_phase0();
+
+        for (int c0 = ks; c0 < nchunks; c0 += D * KS) {
+#pragma unroll
+            for (int d = 0; d < D; ++d) {
+                const int c = c0 + d * KS;
+                if (c >= nchunks) break;  // warp-uniform
+                const int cn = c + D * KS;  // the chunk that refills stage d
+                uint4 xv[NX];
+                float sc[NT][2];
+                if constexpr (XR) {
+#pragma unroll
+                    for (int i = 0; i < NX; ++i) xv[i] = ring[d].x[i];
+                } else {
+                    load_x(c, xv);  // an L1 hit, in flight while the weights decode
+                }
+                if constexpr (SR) {
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) sc[n][0] = ring[d].s[n][0], sc[n][1] = ring[d].s[n][1];
+                }
+                fetch_side(cn, ring[d]);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    uint32_t wa[NR], wb[NR];
+                    Dec::decode(ring[d].w[n][0], wa);
+                    Dec::decode(ring[d].w[n][1], wb);
+                    fetch_tile(cn, n, ring[d]);  // tile n's units of stage d are decoded: refill them
+                    uint32_t xr[NR], xa[NR];
+#pragma unroll
+                    for (int i = 0; i < NX; ++i)
+                        xr[4 * i] = xv[i].x, xr[4 * i + 1] = xv[i].y, xr[4 * i + 2] = xv[i].z, xr[4 * i + 3] = xv[i].w;
+                    Dec::permute(xr, xa);
+                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                    for (int s = 0; s < V / 4; ++s)
+                        mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                 xa[2 * s + 1]);
+                    if constexpr (CS) {
+                        const float s0 = SR ? stage_scale(sc, n, 0) : chunk_scale(n, 0, c);
+                        const float s1 = SR ? stage_scale(sc, n, 1) : chunk_scale(n, 1, c);
+                        acc[n][0] += part[0] * s0, acc[n][1] += part[1] * s0;
+                        acc[n][2] += part[2] * s1, acc[n][3] += part[3] * s1;
+                    }
+                }
+            }
+        }
+    }
 
     if (KS > 1 && ks > 0) {
 #pragma unroll
@@ -433,8 +616,8 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 }
 
 // The decode kernel: routing once per block, then this block row's share of the distinct experts.
-template <class Dec, int PH, int NT>
-__global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const KernelParams p) {
+template <class Dec, int PH, int NT, bool Legacy>
+__global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<Dec>::MaxRegs) experts_decode(const KernelParams p) {
     __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_dexp[kDecodeMaxPairs], s_pairs[8], s_meta[2];
     __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
     if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
@@ -443,10 +626,11 @@ __global__ void __launch_bounds__(kMaxKSplit * 32, 2) experts_decode(const Kerne
             p.out[i] = 0.f;
     }
     const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
+    if (PH == 0 && RegisterShapeOf<Dec>::Pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
         if (tile.count == 0) continue;
-        decode_expert<Dec, PH, NT>(p, tile, red);
+        decode_expert<Dec, PH, NT, Legacy>(p, tile, red);
         __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
 }
@@ -1058,7 +1242,9 @@ inline int device_sms() {
 // warp pays the block's routing for one warp's loads; deepseek-v3 fp8_block down: 0.53x of the
 // ceiling with 2 warps in both phases, 0.47x with 1 in down). Measured on the H200 against every
 // fixed split, then as the rule (docs/BENCHMARKS.md, "Launch shapes"): deepseek-v3 bf16 0.77x ->
-// 0.82x, fp8_block 0.46x -> 0.49x; qwen3 sizes take 2-4 warps per block.
+// 0.82x, fp8_block 0.46x -> 0.49x; qwen3 sizes take 2-4 warps per block. It still holds with two
+// tiles per warp (fp8_block's RegisterShape, half the blocks): deepseek-v3 2 warps 0.77x, 4
+// 0.71x; qwen3 the rule's 4 0.55x, 2 0.46x ("Register-fed decode shapes").
 inline int k_split(int in, int vec, int blocks, int sms) {
     if (const int forced = forced_split("FTW_CUDA_KSPLIT", kMaxKSplit)) return forced;
     const int chunks = (in / vec + 3) / 4;
@@ -1149,6 +1335,31 @@ struct ClassicOf {
     using type = decltype(test<Dec>(0));
 };
 
+// experts_decode's launch: a block row per distinct expert (every 8th), a block per NT 16-row
+// tiles, k_split warps per block.
+template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy>
+void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
+    constexpr int NT = RegisterShapeOf<C>::NT;
+    const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
+    const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
+    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
+    if constexpr (PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy) {
+        if (programmatic_launch()) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(nx, ny);
+            cfg.blockDim = dim3(32 * ks);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr, cfg.numAttrs = 1;
+            cudaLaunchKernelEx(&cfg, experts_decode<C, PH, NT, Legacy>, p);
+            return;
+        }
+    }
+    experts_decode<C, PH, NT, Legacy><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
+}
+
 // One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
 // experts_decode (with ClassicOf<Dec>). Each phase chooses for itself (gguf's gate_up and down
 // decoders may differ); phase 0 of either kernel clears out, phase 1 of either waits for all of
@@ -1161,36 +1372,83 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
             return;
         }
     }
-    using C = typename ClassicOf<Dec>::type;
-    constexpr int NT = C::VEC == 8 ? 2 : 1;  // 16-row tiles per warp (bf16 decodes for free)
-    const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
-    const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
-    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
-    experts_decode<C, PH, NT><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
+    launch_register_fed<typename ClassicOf<Dec>::type, PH>(p, stream);
 }
 
-// Decode (T <= 8, T * K <= 128): two launches per layer-step, blocks find their expert themselves.
-// Prefill: the routing kernel makes tiles of 64 pairs of one expert; 4 warps each own 16 rows and
-// reuse every decoded weight across the 64 pairs. DecDown: down's decoder where it differs from
-// gate_up's (gguf picks one per projection from the layer's ggml types).
+// Prefill's tiles (experts_proj): MT m-tiles of 16 pairs of one expert, NT 8-row n-tiles per
+// warp, RG warps per block (4 warps each own 16 rows and reuse every decoded weight across the
+// 64 pairs).
+constexpr int kProjMT = 4, kProjNT = 2, kProjRG = 4;
+
+// Decode (T <= 8, T * K <= 128): blocks find their expert themselves. Prefill: the routing kernel
+// first makes tiles of 64 pairs of one expert (begin_step).
+inline bool decode_step(const KernelParams& p) { return p.T * p.K <= kDecodeMaxPairs && p.T <= 8; }
+
+inline void begin_step(const KernelParams& p, cudaStream_t stream) {
+    if (!decode_step(p)) launch_route(p, 16 * kProjMT, stream);
+}
+
+// One phase of a layer-step, after begin_step: 0 = gate_up + activation, 1 = down + weighted sum.
+// A projection's decoder is chosen on its own (gguf's gate_up and down types differ), so a
+// format with one decoder per type can compile each type's phases in a translation unit of its
+// own (csrc/formats/gguf/build.cmake).
+template <class Dec, int PH>
+void launch_phase(const KernelParams& p, cudaStream_t stream) {
+    if (decode_step(p)) {
+        launch_decode<Dec, PH>(p, stream);
+    } else {
+        using C = typename ClassicOf<Dec>::type;
+        const int tiles = max_tiles(p.T * p.K, 16 * kProjMT, p.num_experts);
+        const int rows = PH == 0 ? kProjRG * kProjNT * 4 : kProjRG * kProjNT * 8;  // per block
+        const dim3 grid(((PH == 0 ? p.I : p.H) + rows - 1) / rows, tiles);
+        experts_proj<C, PH, kProjMT, kProjNT, kProjRG><<<grid, 32 * kProjRG, 0, stream>>>(p);
+    }
+    check_launch(PH == 0 ? "gate_up kernel" : "down kernel");
+}
+
+// A layer-step: two launches (decode), or the routing kernel and two launches (prefill).
+// DecDown: down's decoder where it differs from gate_up's.
 template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
-    const int pairs = p.T * p.K;
-    if (pairs <= kDecodeMaxPairs && p.T <= 8) {
-        launch_decode<Dec, 0>(p, stream);
-        check_launch("gate_up kernel");
-        launch_decode<DecDown, 1>(p, stream);
-        check_launch("down kernel");
-    } else {
-        constexpr int MT = 4, NT = 2, RG = 4;
-        launch_route(p, 16 * MT, stream);
-        const int tiles = max_tiles(pairs, 16 * MT, p.num_experts);
-        dim3 g0((p.I + RG * NT * 4 - 1) / (RG * NT * 4), tiles), g1((p.H + RG * NT * 8 - 1) / (RG * NT * 8), tiles);
-        experts_proj<typename ClassicOf<Dec>::type, 0, MT, NT, RG><<<g0, 32 * RG, 0, stream>>>(p);
-        check_launch("gate_up kernel");
-        experts_proj<typename ClassicOf<DecDown>::type, 1, MT, NT, RG><<<g1, 32 * RG, 0, stream>>>(p);
-        check_launch("down kernel");
+    begin_step(p, stream);
+    launch_phase<Dec, 0>(p, stream);
+    launch_phase<DecDown, 1>(p, stream);
+}
+
+// A format whose decoder is a template over its RegisterShape (DecT<Shape>): the first shape is
+// its default; FTW_CUDA_REGISTER_SHAPE=i (1, 2, ...) decodes with the i-th of the others and
+// =legacy with RegisterShape<> in the legacy loop, the decode every decoder had before shapes
+// (benchmarks compare them in one run). FTW_CUDA_DECODE=staged takes the default's decoder,
+// prefill RegisterShape<>'s (the shape only sets its loads' L2 prefetch size).
+template <template <class> class DecT, class Shape, class... Others>
+void launch_shaped(const KernelParams& p, cudaStream_t stream) {
+    const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
+    if (v != nullptr && decode_step(p)) {
+        int i = std::strcmp(v, "legacy") == 0 ? -1 : std::atoi(v), k = 0;
+        bool done = false;
+        auto one = [&](auto shape) {
+            using S = decltype(shape);
+            if (done || ++k != i) return;
+            launch_register_fed<DecT<S>, 0>(p, stream);
+            check_launch("gate_up kernel");
+            launch_register_fed<DecT<S>, 1>(p, stream);
+            check_launch("down kernel");
+            done = true;
+        };
+        (one(Others{}), ...);
+        if (!done && i == -1) {
+            launch_register_fed<DecT<RegisterShape<>>, 0, true>(p, stream);
+            check_launch("gate_up kernel");
+            launch_register_fed<DecT<RegisterShape<>>, 1, true>(p, stream);
+            check_launch("down kernel");
+            done = true;
+        }
+        if (done) return;
     }
+    if (decode_step(p))
+        launch_experts<DecT<Shape>>(p, stream);
+    else  // prefill's loads as before the shapes (experts_proj was not timed with them)
+        launch_experts<DecT<RegisterShape<>>>(p, stream);
 }
 
 // ---- registration ---------------------------------------------------------------------------
@@ -1221,8 +1479,11 @@ struct CudaFormatRegistrar {
 
 }  // namespace ftw::cuda
 
-// In csrc/formats/<name>/cuda.cu: FTW_CUDA_FORMAT(nvfp4, Nvfp4Decoder, needs_fn, gu_bias, d_bias, fp8opts)
-#define FTW_CUDA_FORMAT(NAME, DEC, NEEDS, GU_BIAS, D_BIAS, FP8OPTS)                                  \
-    static const ::ftw::cuda::CudaFormat ftw_cuda_format_##NAME = {                                 \
-        #NAME, DEC::VEC, NEEDS, &::ftw::cuda::launch_experts<DEC>, GU_BIAS, D_BIAS, FP8OPTS};       \
+// In csrc/formats/<name>/cuda.cu: FTW_CUDA_FORMAT(nvfp4, Nvfp4Decoder, needs_fn, gu_bias, d_bias, fp8opts),
+// or FTW_CUDA_FORMAT_LAUNCH with the format's own launch function (launch_shaped).
+#define FTW_CUDA_FORMAT_LAUNCH(NAME, VEC, LAUNCH, NEEDS, GU_BIAS, D_BIAS, FP8OPTS)                    \
+    static const ::ftw::cuda::CudaFormat ftw_cuda_format_##NAME = {#NAME,   VEC,    NEEDS, LAUNCH,    \
+                                                                   GU_BIAS, D_BIAS, FP8OPTS};       \
     static const ::ftw::cuda::CudaFormatRegistrar ftw_cuda_registrar_##NAME(&ftw_cuda_format_##NAME)
+#define FTW_CUDA_FORMAT(NAME, DEC, NEEDS, GU_BIAS, D_BIAS, FP8OPTS) \
+    FTW_CUDA_FORMAT_LAUNCH(NAME, DEC::VEC, &::ftw::cuda::launch_experts<DEC>, NEEDS, GU_BIAS, D_BIAS, FP8OPTS)

@@ -171,12 +171,19 @@ class Activation:
             gate = np.minimum(gate, self.limit)
             up = np.clip(up, -self.limit, self.limit)
         if self.kind == "silu":
-            return gate / (1.0 + np.exp(-gate)) * up
-        return (up + 1.0) * gate / (1.0 + np.exp(-self.alpha * gate))
+            return gate * _sigmoid(gate) * up
+        return (up + 1.0) * gate * _sigmoid(self.alpha * gate)
 
     def __str__(self) -> str:
         params = ", ".join(f"{k}={v:g}" for k, v in (("alpha", self.alpha), ("limit", self.limit)) if v is not None)
         return f"{self.kind}({params})" if params else self.kind
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-z) without overflow: e^-|z| never exceeds 1 (tokens far out in either direction
+    give the exact limits 0 and 1 rather than a RuntimeWarning)."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 # -- the model --------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 namespace ftw::cuda {
 namespace {
 
+template <class Shape>
 struct Bf16Decoder {
+    using RegisterShape = Shape;
     static constexpr int VEC = 8;
     struct Row { const uint4* w; };
     struct Raw { uint4 w; };
@@ -13,7 +15,7 @@ struct Bf16Decoder {
         const int in = proj == 0 ? p.H : p.I;
         return {reinterpret_cast<const uint4*>(bank_row(p, proj, slot) + int64_t(r) * in * 2)};
     }
-    __device__ static Raw load(const Row& row, int u) { return {ld_stream(row.w + u)}; }
+    __device__ static Raw load(const Row& row, int u) { return {ld_stream<Shape::L2Bytes>(row.w + u)}; }
     // experts_decode_staged runs bf16 but is not its default: measured slower at T=1 (H200,
     // deepseek-v3 size: 0.62x the ceiling against experts_decode's 0.77x; docs/BENCHMARKS.md)
     static constexpr bool kStaged = false;
@@ -42,8 +44,17 @@ int needs(int H, int I, const KernelParams& p, BankNeed* out) {
     return 4;
 }
 
+// RegisterShape<NT, D, XRing, MaxRegs, ScaleRing, L2Bytes, Pdl>
+void launch(const KernelParams& p, cudaStream_t stream) {
+    launch_shaped<Bf16Decoder, RegisterShape<2, 2, false, 128, false, 256, true>,  // the default; then rs<i>:
+                  RegisterShape<2, 2, true, 128, false, 0, false>,    // 1: main's before (x in the ring)
+                  RegisterShape<2, 2, true, 128, false, 256, true>,   // 2: x in the ring
+                  RegisterShape<2, 3, false, 128, false, 256, true>,  // 3: 3 chunks in flight
+                  RegisterShape<2, 2, false, 128, false, 128, true>>(p, stream);  // 4: L2 prefetch 128 bytes
+}
+
 }  // namespace
 
-FTW_CUDA_FORMAT(bf16, Bf16Decoder, needs, 2, 3, false);
+FTW_CUDA_FORMAT_LAUNCH(bf16, 8, &launch, needs, 2, 3, false);
 
 }  // namespace ftw::cuda

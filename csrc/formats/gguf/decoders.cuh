@@ -11,8 +11,15 @@
 //   not fit (the register-fed kernels: Fast<T>::kPrefetch). 14 types; Q5_0, Q4_1, Q5_1 have none.
 // - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
 //   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
-// The launch looks each projection's decoder up (with_decoder); FTW_GGUF_CUDA_DECODER=table |
-// staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
+// The launch (launch.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
+// table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons), as
+// FTW_GGUF_CUDA_MIN does the way the types with mins apply them (with_min_form) and
+// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads).
+//
+// Build: this header holds the decoders; each type's kernels are compiled in one of kSlices
+// translation units that build.cmake generates (slice.cuh), which register the type's launcher
+// with the launch, so the types compile in parallel (one unit held them all: 158 s of a 175 s
+// build on 16 cores).
 //
 // Numerics. The table-driven decoder computes a unit's 32 floats exactly as ggml's
 // dequantize_row_* does (bit-exact float32: products rounded in ggml's order, no FMA
@@ -34,6 +41,8 @@
 // Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
+#pragma once
+
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -1470,27 +1479,12 @@ struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedO
     }
 };
 
-// The type list as a type (the one list above), for the launch's lookup.
+// The type list as a type (the one list above), for the slices.
 template <class... Ts>
 struct TypeList {};
 #define FTW_GGML_LIST_ENTRY(T) T,
 using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
 #undef FTW_GGML_LIST_ENTRY
-
-// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T> says
-// (kStaged, kPrefetch); "table": the table-driven decoder for every projection; "staged" /
-// "loaded" / "prefetched": every type with a decoder of its own that way (the last four for the
-// tests and the bench's comparisons; read at every launch).
-enum class Mode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
-Mode mode() {
-    const char* e = std::getenv("FTW_GGUF_CUDA_DECODER");
-    const std::string v = e ? e : "";
-    return v == "table"        ? Mode::kTable
-           : v == "staged"     ? Mode::kStaged
-           : v == "loaded"     ? Mode::kLoaded
-           : v == "prefetched" ? Mode::kPrefetched
-                               : Mode::kPerType;
-}
 
 template <class F>
 struct GenericSharedDefault {  // Fast<T>::kGenericShared: the staged kernel reads with SharedLoadsGeneric
@@ -1511,98 +1505,22 @@ bool generic_shared_loads() {
     return v == "generic" || (v != "shared" && GenericSharedDefault<Fast<T>>::value);
 }
 
-// f(decoder) with the decoder of a projection whose rows are all of ggml type `id` (-1: mixed
-// or unaligned rows): TypedDecoder<T, ...> where T has a Fast<T>, else the table-driven GgmlDecoder.
-template <class F>
-void with_decoder(TypeList<void>, int, Mode, F&& f) {
-    f(GgmlDecoder{});
-}
-template <class T, class... Rest, class F>
-void with_decoder(TypeList<T, Rest...>, int id, Mode m, F&& f) {
-    if constexpr (Fast<T>::kHas) {
-        if (id == T::size.id) return with_min_form<T>([&](auto tag) {
-            using U = typename decltype(tag)::type;
-            constexpr bool pf = HasPrefetch<Fast<U>>::value;
-            if (m == Mode::kLoaded) return f(TypedDecoder<U, false, false>{});
-            if (m == Mode::kPrefetched) return f(TypedDecoder<U, true, false>{});
-            if (m == Mode::kStaged || (m == Mode::kPerType && StagedDefault<Fast<U>>::value)) {
-                if (generic_shared_loads<U>()) return f(TypedDecoder<U, pf, true, SharedLoadsGeneric>{});
-                return f(TypedDecoder<U, pf, true>{});
-            }
-            return f(TypedDecoder<U, pf, false>{});
-        });
-    }
-    with_decoder(TypeList<Rest...>{}, id, m, std::forward<F>(f));
-}
-
-// The launch: each projection (gate_up when gate and up share a type; down) takes its type's own
-// decoder where it has one and the bank sits on 16-byte boundaries, else the table-driven one.
-void launch(const KernelParams& p, cudaStream_t stream) {
-    auto aligned = [&](int bank) { return reinterpret_cast<uintptr_t>(p.bank[bank]) % 16 == 0 && p.row_bytes[bank] % 16 == 0; };
-    const Mode m = mode();
-    const bool typed = m != Mode::kTable;
-    const int gu = typed && p.ggml_type[0] == p.ggml_type[1] && aligned(0) ? p.ggml_type[0] : -1;
-    const int dn = typed && aligned(1) ? p.ggml_type[2] : -1;
-    with_decoder(CudaTypes{}, gu, m, [&](auto g) {
-        with_decoder(CudaTypes{}, dn, m, [&](auto d) { launch_experts<decltype(g), decltype(d)>(p, stream); });
-    });
-}
-
-struct HostType {
-    const char* name;
-    int id, block_values;
-};
-
-constexpr HostType kTypes[] = {
-#define FTW_GGML_ENTRY(T) {#T, T::size.id, T::size.block_values},
-    FTW_GGML_CUDA_TYPES(FTW_GGML_ENTRY)
-#undef FTW_GGML_ENTRY
-};
-
-const HostType* find_type(int id) {
-    for (const HostType& t : kTypes)
-        if (t.id == id) return &t;
-    return nullptr;
-}
-
-std::string type_list() {
-    std::string s;
-    for (const HostType& t : kTypes) s += (s.empty() ? "" : ", ") + std::string(t.name);
-    return s;
-}
-
-// banks: gate_up (gate rows then up rows, raw bytes), down [H, row bytes], optional f32 biases
-int needs(int H, int I, const KernelParams& kp, BankNeed* out) {
-    static const char* proj[3] = {"gate", "up", "down"};
-    for (int i = 0; i < 3; ++i) {
-        const HostType* t = find_type(kp.ggml_type[i]);
-        if (t == nullptr)
-            throw UnsupportedError("gguf " + std::string(proj[i]) + " rows: ggml type id " +
-                                   std::to_string(kp.ggml_type[i]) + " has no CUDA decoder (CUDA types: " +
-                                   type_list() + ")");
-        const int n = i < 2 ? H : I;
-        if (n % t->block_values)
-            throw FormatError("gguf " + std::string(proj[i]) + " rows: " + t->name + " rows hold whole blocks of " +
-                              std::to_string(t->block_values) + " values; " + std::to_string(n) + " is not a multiple");
-    }
-    const int64_t gu = int64_t(I) * (row_bytes_of(kp.ggml_type[0], H) + row_bytes_of(kp.ggml_type[1], H));
-    out[0] = {0, "gate_up", gu, 1, false};  // ld32 reads any byte address
-    out[1] = {1, "down", int64_t(H) * row_bytes_of(kp.ggml_type[2], I), 1, false};
-    out[2] = {2, "gate_up_bias", int64_t(2) * I * 4, 4, true};
-    out[3] = {3, "down_bias", int64_t(H) * 4, 4, true};
-    return 4;
-}
-
 }  // namespace
 
-std::vector<std::string> ggml_cuda_types() {
-    std::vector<std::string> names;
-    for (const HostType& t : kTypes) names.emplace_back(t.name);
-    return names;
-}
+// ---- launchers, across translation units ---------------------------------------------------------
 
-// registered by hand rather than with FTW_CUDA_FORMAT: the launch picks a decoder per projection
-static const CudaFormat kGguf = {"gguf", GgmlDecoder::VEC, needs, launch, 2, 3, false};
-static const CudaFormatRegistrar kGgufRegistrar(&kGguf);
+// How a launch picks decoders: FTW_GGUF_CUDA_DECODER unset: each type as its Fast<T> says
+// (kStaged, kPrefetch); "table": the table-driven decoder for every projection; "staged" /
+// "loaded" / "prefetched": every type with a decoder of its own that way (the last four for the
+// tests and the bench's comparisons; read at every launch).
+enum class GgufMode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
+
+// One projection's launch (phase 0: gate_up, 1: down) with its type's decoder chosen by mode.
+using GgufPhaseLaunch = void (*)(int phase, GgufMode mode, const KernelParams& p, cudaStream_t stream);
+
+// The slices register a launcher per type id (kTableDriven: the table-driven decoder), launch.cu
+// looks them up.
+constexpr int kTableDriven = -1;
+void register_gguf_launch(int type_id, GgufPhaseLaunch launch);
 
 }  // namespace ftw::cuda

@@ -1,0 +1,63 @@
+// One slice of the GGUF kernels: the launchers of the types at list index i with
+// i % FTW_GGUF_SLICES == FTW_GGUF_SLICE (and of the table-driven decoder, counted as the entry
+// after the last type). build.cmake generates one translation unit per slice, defining both, so
+// the types' kernels compile in parallel; adding a type to FTW_GGML_CUDA_TYPES needs no build
+// change.
+#pragma once
+
+#include "formats/gguf/decoders.cuh"
+
+#if !defined(FTW_GGUF_SLICE) || !defined(FTW_GGUF_SLICES)
+#error "a GGUF kernel slice is compiled with FTW_GGUF_SLICE and FTW_GGUF_SLICES defined (build.cmake)"
+#endif
+
+namespace ftw::cuda {
+namespace {
+
+template <class Dec>
+void launch_with(int phase, const KernelParams& p, cudaStream_t stream) {
+    if (phase == 0)
+        launch_phase<Dec, 0>(p, stream);
+    else
+        launch_phase<Dec, 1>(p, stream);
+}
+
+// A projection whose rows are all of type T, on a 16-byte-aligned bank: TypedDecoder<T> the way
+// the mode says (GgufMode), in T's min form (with_min_form), the staged kernel reading its ring
+// the way generic_shared_loads<T> says.
+template <class T>
+void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t stream) {
+    with_min_form<T>([&](auto tag) {
+        using U = typename decltype(tag)::type;
+        constexpr bool pf = HasPrefetch<Fast<U>>::value;
+        if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
+        if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
+        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedDefault<Fast<U>>::value)) {
+            if (generic_shared_loads<U>())
+                return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
+            return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
+        }
+        launch_with<TypedDecoder<U, pf, false>>(phase, p, stream);
+    });
+}
+
+void launch_table_driven(int phase, GgufMode, const KernelParams& p, cudaStream_t stream) {
+    launch_with<GgmlDecoder>(phase, p, stream);
+}
+
+constexpr bool in_slice(int index) { return index % FTW_GGUF_SLICES == FTW_GGUF_SLICE; }
+
+template <int I>
+void register_slice(TypeList<void>) {
+    if constexpr (in_slice(I)) register_gguf_launch(kTableDriven, launch_table_driven);
+}
+template <int I, class T, class... Rest>
+void register_slice(TypeList<T, Rest...>) {
+    if constexpr (in_slice(I) && Fast<T>::kHas) register_gguf_launch(T::size.id, launch_typed<T>);
+    register_slice<I + 1>(TypeList<Rest...>{});
+}
+
+const bool registered = (register_slice<0>(CudaTypes{}), true);
+
+}  // namespace
+}  // namespace ftw::cuda
