@@ -26,7 +26,9 @@ GGUF (issue 14): --formats gguf:Q4_K,gguf:Q8_0,... (every projection of that ggm
 quant bytes, small finite scales); there is no torch decoder of ggml types, so the baseline is
 the ceiling alone; --cpu-baseline adds ftw's CPU executor (CpuMoeExecutor, every host core)
 on the same T=1 step and prints GPU time / CPU time; --variants gguf-staged,gguf-loaded,
-gguf-prefetched,gguf-table times each way of decoding ggml rows (FTW_GGUF_CUDA_DECODER) in the same run.
+gguf-prefetched,gguf-table times each way of decoding ggml rows (FTW_GGUF_CUDA_DECODER) in the same run;
+gguf-min-hilo,gguf-min-shift each way of applying a K-quant's min (FTW_GGUF_CUDA_MIN),
+gguf-shared-generic,gguf-shared-ld each way the staged kernel reads its ring (FTW_GGUF_CUDA_SHARED).
 
 Prefill: T = 2048 tokens, top_k = 8, uniform random routing, TFLOP/s (2 * T * K * 3 * H * I
 flops per layer) against a torch bf16 matmul (8192^3) in the same run.
@@ -61,7 +63,13 @@ VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (regist
             "gguf-staged": {"FTW_GGUF_CUDA_DECODER": "staged"},  # experts_decode_staged (shared memory)
             "gguf-loaded": {"FTW_GGUF_CUDA_DECODER": "loaded"},  # register-fed, bytes in registers
             "gguf-prefetched": {"FTW_GGUF_CUDA_DECODER": "prefetched"},  # register-fed, block in the L1
-            "gguf-table": {"FTW_GGUF_CUDA_DECODER": "table"}}  # the table-driven decoder
+            "gguf-table": {"FTW_GGUF_CUDA_DECODER": "table"},  # the table-driven decoder
+            # gguf types with mins (Q4_K, Q5_K, Q2_K): how scale and min are applied (FTW_GGUF_CUDA_MIN)
+            "gguf-min-hilo": {"FTW_GGUF_CUDA_MIN": "hilo"},  # both as bf16 hi + lo pairs (ScaledMin)
+            "gguf-min-shift": {"FTW_GGUF_CUDA_MIN": "shift"},  # c0 * scale taken off exactly (ShiftedMin)
+            # how the staged kernel reads its ring (FTW_GGUF_CUDA_SHARED; default per type)
+            "gguf-shared-generic": {"FTW_GGUF_CUDA_SHARED": "generic"},  # generic addresses, 8-byte spans
+            "gguf-shared-ld": {"FTW_GGUF_CUDA_SHARED": "shared"}}  # ld.shared, spans shifted into place
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

@@ -10,7 +10,8 @@ table-driven decoder decodes each 32-value sub-block bit-exactly to ggml's float
 rounds them to bf16 (<= 2^-9 relative per weight: ggml scales carry 11 significant bits, bf16 8);
 the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then the product
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
-carry scale and min to 16 bits, within an ulp of ggml's value in bf16); the activation between
+take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
+bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
 gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
 gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
 wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
@@ -163,6 +164,31 @@ KINDS = ["staged", "loaded", "prefetched"]
 def test_every_way_of_loading(name, kind, monkeypatch):
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", kind)
     check((name, name, name), 3, [3, TYPES.index(name), KINDS.index(kind)])
+
+
+# the types with mins and the two ways their decoders apply scale and min (FTW_GGUF_CUDA_MIN; the
+# default picks one per type, both are run here): hilo (scale and min as bf16 hi + lo pairs),
+# shift (the min's integer multiple of the scale taken off the quant exactly, the scale rounded once)
+MIN_FORMS = ["hilo", "shift"]
+
+
+@pytest.mark.parametrize("form", MIN_FORMS)
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q2_K"])
+@pytest.mark.parametrize("T", [3, 40])
+def test_every_way_of_applying_the_min(name, form, T, monkeypatch):
+    monkeypatch.setenv("FTW_GGUF_CUDA_MIN", form)
+    check((name, name, name), T, [T, TYPES.index(name), 10 + MIN_FORMS.index(form)])
+
+
+@pytest.mark.parametrize("loads", ["generic", "shared"])
+@pytest.mark.parametrize("name", FAST)
+def test_staged_kernel_reading_its_ring_either_way(name, loads, monkeypatch):
+    """FTW_GGUF_CUDA_SHARED=generic | shared (the default picks one per type): the staged kernel's
+    loads of the ring through generic addresses (8-byte spans) or ld.shared (4-byte words shifted
+    into place) decode the same values."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    monkeypatch.setenv("FTW_GGUF_CUDA_SHARED", loads)
+    check((name, name, name), 4, [4, TYPES.index(name), 6])
 
 
 @pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4"])

@@ -12,7 +12,9 @@
 // - GgmlDecoder, table-driven: the type is a value of the row, so one kernel instantiation covers
 //   every type (gate != up, unaligned banks, the three types above); each unit is read at decode.
 // The launch (launch.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
-// table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons).
+// table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons), as
+// FTW_GGUF_CUDA_MIN does the way the types with mins apply them (with_min_form) and
+// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads).
 //
 // Build: this header holds the decoders; each type's kernels are compiled in one of kSlices
 // translation units that build.cmake generates (slice.cuh), which register the type's launcher
@@ -26,14 +28,19 @@
 // one bf16x2 multiply or fma): the value is the integer times the scale rounded to bf16, rounded
 // once, so it is within about 2^-8 of ggml's float32 value (relative) rather than 2^-9, and the
 // scale's rounding is shared by the sub-block's values. The types with mins (Q4_K, Q5_K, Q2_K)
-// carry scale and min as bf16 pairs hi + lo (ScaledMin), their values within an ulp of ggml's
-// float32 value rounded to bf16, at a speed cost: with scale and min rounded once (ScaledOffset)
-// Q4_K ran 0.44x of the ceiling instead of 0.31x, but `ftw check --runtime cuda` measured 1.4e-2
-// and 1.6e-2 on the Q4_K samples (glm4moe, qwen3moe) against 7.8-9.5e-3, too near its 2e-2 bound
-// for the most common type (docs/BENCHMARKS.md). Q8_0 takes its integer through an exact float32 (8 bits do not fit
-// a bf16 magic); MXFP4's values are exact in bf16, as in the mxfp4 format. Either way the error of
-// a dot product averages out to a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the
-// tolerance).
+// must not round the min on its own: it is as large as the values, and its rounding would be
+// common to the sub-block (scale and min rounded once each, "ScaledOffset", put `ftw check
+// --runtime cuda` at 1.4-1.6e-2 on the Q4_K samples against its 2e-2 bound). Q4_K and Q2_K take
+// the min's integer multiple c0 = round(m1 / d1) of the scale off the quant exactly and round only
+// the rest (ShiftedMin: value = (q - c0) * d1 + (c0 * d1 - m1), d1 rounded to bf16; 3
+// instructions per pair as ScaledOffset): `ftw check` 5.6-6.1e-3 on the qwen3moe Q4_K sample
+// (7.5-9.0e-3 with ScaledMin). Q5_K carries scale and min as bf16 pairs hi + lo (ScaledMin,
+// within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
+// ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
+// measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
+// Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
+// are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
+// a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
 #pragma once
 
 #include <cstdlib>
@@ -490,26 +497,50 @@ __device__ __forceinline__ uint2 ld_stream2(const void* p) {
     return v;
 }
 
+__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
+    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
+}
+
+// p rounded down to a multiple of A bytes, through an integer
+template <int A, class P>
+__device__ __forceinline__ const P* align_int(const uint8_t* p) {
+    return reinterpret_cast<const P*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(A - 1));
+}
+
 // Where a decoder's load<M>() reads a unit's bytes: global memory (the register-fed kernels, a
 // ring stage ahead: weight bytes streamed past the L1, block heads through it, as the quad's four
 // lanes share them), or the staged kernel's shared-memory ring (plain loads of an address there;
 // the kernel orders them after the copies landed).
 struct GlobalLoads {
+    static constexpr bool kShared = false, kRealign = false;
     __device__ static uint4 stream16(const void* p) { return ld_stream(p); }
     __device__ static uint4 cached16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
     __device__ static uint2 stream8(const void* p) { return ld_stream2(p); }
     __device__ static uint32_t word(const void* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return align_int<A, P>(p); }
 };
+// The shared-memory ring's addresses are rounded down by pointer arithmetic rather than through
+// an integer, so that the compiler still sees them as pointers into shared memory: ld.shared with
+// 32-bit addresses, where through an integer they became generic loads with 64-bit address
+// arithmetic (SharedLoadsGeneric, which also reads spans as 8-byte words). H200, T=1: Q6_K 0.26x
+// -> 0.30x of the ceiling, Q3_K 0.17x -> 0.20x; IQ3_S 0.20x -> 0.19x, so the IQ types keep
+// SharedLoadsGeneric (Fast<T>::kGenericShared); FTW_GGUF_CUDA_SHARED=generic | shared forces one
+// for every type (docs/BENCHMARKS.md, "GGUF mins and shared loads").
 struct SharedLoads {
+    static constexpr bool kShared = true, kRealign = true;  // kRealign: load_span's words shifted into place
     __device__ static uint4 stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint4 cached16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static uint2 stream8(const void* p) { return *reinterpret_cast<const uint2*>(p); }
     __device__ static uint32_t word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return reinterpret_cast<const P*>(p - addr_low(p, A - 1)); }
 };
-
-__device__ __forceinline__ uint32_t addr_low(const uint8_t* p, uint32_t mask) {
-    return uint32_t(reinterpret_cast<uintptr_t>(p)) & mask;
-}
+struct SharedLoadsGeneric : SharedLoads {
+    static constexpr bool kRealign = false;
+    template <int A, class P = uint8_t>
+    __device__ static const P* align(const uint8_t* p) { return align_int<A, P>(p); }
+};
 
 // the aligned 8-byte words covering L bytes at an address aligned to A (the last word may hold
 // bytes past the L, never past the aligned word holding the block's last byte)
@@ -521,7 +552,24 @@ struct Span {
 
 template <int L, int A, class M = GlobalLoads>
 __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
-    const uint2* base = reinterpret_cast<const uint2*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(7));
+    if constexpr (M::kRealign) {
+        // Shared memory reads 4-byte words at any word address: the L bytes shifted into place
+        // here (a funnel shift per word, by a % 4), so the decoder's byte selection (bytes_at)
+        // sees offset 0 (span_offset) and folds away. Only words holding the L bytes are read.
+        constexpr int NB = (L + 3) / 4;
+        const uint32_t off = addr_low(a, 3), last = (off + L - 1) >> 2;
+        const uint32_t* w = M::template align<4, uint32_t>(a);
+        uint32_t x[NB + 1], y[2 * Span<L, A>::N];
+#pragma unroll
+        for (int i = 0; i <= NB; ++i) x[i] = M::word(w + min(uint32_t(i), last));
+#pragma unroll
+        for (int i = 0; i < 2 * Span<L, A>::N; ++i) y[i] = i < NB ? __funnelshift_r(x[i], x[i + 1], off * 8) : 0u;
+        Span<L, A> s;
+#pragma unroll
+        for (int i = 0; i < Span<L, A>::N; ++i) s.v[i] = make_uint2(y[2 * i], y[2 * i + 1]);
+        return s;
+    }
+    const uint2* base = M::template align<8, uint2>(a);
     // N words cover L bytes at the worst offset; at a better one the last would lie past them
     // (past the bank, for its last block): read the last word holding one of them again instead
     const uint32_t last = (addr_low(a, 7) + L - 1) >> 3;
@@ -531,10 +579,16 @@ __device__ __forceinline__ Span<L, A> load_span(const uint8_t* a) {
     return s;
 }
 
+// the offset of a span's first byte in its words: a % 8, or 0 where load_span shifted them
+template <class M>
+__device__ __forceinline__ uint32_t span_offset(const uint8_t* a) {
+    return M::kRealign ? 0u : addr_low(a, 7);
+}
+
 // the 4-byte word holding the (2-byte aligned) bytes at a, and their byte position in it
 template <class M = GlobalLoads>
 __device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
-    return M::word(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3)));
+    return M::word(M::template align<4>(a));
 }
 
 template <int L, int A>
@@ -627,8 +681,10 @@ struct Scaled {
 // m1 rounded to bf16 once (one fma per pair, "ScaledOffset"; measured on the H200, then dropped)
 // the two roundings put one error on all 32 values of a sub-block: a Q5_K test case measured
 // 8.5e-3 against the 8e-3 bound, the Q4_K samples' `ftw check` 1.4-1.6e-2 against 2e-2. These two
-// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md).
+// more bf16 instructions per pair, on the FMA pipe, cost Q5_K 30% and Q4_K 45% (docs/BENCHMARKS.md);
+// Q4_K and Q2_K take ShiftedMin below instead, Q5_K keeps this form (file header).
 struct ScaledMin {
+    static constexpr uint32_t b = bf16x2_biased(0);  // the bias int_pairs takes off: q itself
     uint32_t dh, dl, ch, cl;
     __device__ ScaledMin(float d1, float m1) {
         const float h = __bfloat162float(__float2bfloat16_rn(d1)), c = __bfloat162float(__float2bfloat16_rn(-m1));
@@ -636,6 +692,41 @@ struct ScaledMin {
     }
     __device__ uint32_t operator()(uint32_t q) const { return bfma2(q, dh, badd2(bfma2(q, dl, cl), ch)); }
 };
+
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// q * d1 - m1 as u * d1 + r (ShiftedMin): u = q - c0 with the integer c0 = m1 / d1 rounded (0..127),
+// taken off exactly by int_pairs' subtraction (its bias b), and r = c0 * d1 - m1 (one float32
+// fma, rounded to bf16: |r| <= d1 / 2 where m1 is up to 63 d1); value = u * d1 + r with d1 rounded
+// to bf16, one fma per pair as for ScaledOffset (scale and min rounded once each). The min's
+// large part, c0 * d1, is exact, so no error of the size of m1 is left common to the sub-block's
+// values; u is the value in units of d1 (centred where the sub-block is), so rounding d1 scales
+// the values as the symmetric types' rounded scales do.
+struct ShiftedMin {
+    uint32_t b, d, r;
+    __device__ ShiftedMin(float d1, float m1) {
+        // m1 / d1 clamped to 0..127 and rounded to an integer by adding 2^23, whose bits are then
+        // 0x4B000000 + c0; d1 = 0 gives 127 (0 with m1 = 0), and any c0 gives u * 0 + r = -m1 then
+        const float t = __fadd_rn(fminf(fmaxf(m1 * rcp_approx(d1), 0.f), 127.f), kTwo23);
+        b = __float_as_uint(t) * 0x10001u + (bf16x2_biased(0) - 0x4B000000u);  // bf16x2_biased(c0)
+        d = bf16x2_of(d1);
+        r = bf16x2_of(fmaf(__fsub_rn(t, kTwo23), d1, -m1));
+    }
+    __device__ uint32_t operator()(uint32_t u) const { return bfma2(u, d, r); }
+};
+
+// How the types with mins (Q4_K, Q5_K, Q2_K) apply scale and min: each type's Fast<T>::kMinForm,
+// or the other form where FTW_GGUF_CUDA_MIN=hilo | shift names it (the bench's and the tests'
+// comparisons; rows of type T then run as WithMin<T, form>).
+enum MinForm { kMinHiLo, kMinShift };
+template <int F>
+using MinOf = std::conditional_t<F == kMinHiLo, ScaledMin, ShiftedMin>;
+template <class T, int F>
+struct WithMin : T {};
 
 // four IQ4 nibbles (bits 0..15 of s, low first) -> a byte each of the level table held in the
 // four generated words t0..t3 (bit 3 of a nibble picks the upper eight entries)
@@ -685,7 +776,7 @@ __device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_
 template <class F>
 __device__ __forceinline__ void k_values(const uint32_t (&q)[8], const F& f, uint32_t (&w)[16]) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) int_pairs(q[k], bf16x2_biased(0), f, w + 2 * k);
+    for (int k = 0; k < 8; ++k) int_pairs(q[k], f.b, f, w + 2 * k);
 }
 
 // A unit that is one whole block of N bytes (32 values), aligned to A: the block's bytes and the
@@ -699,13 +790,13 @@ struct WholeBlock {
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u) * N;
-        if constexpr (std::is_same_v<M, SharedLoads>) {
+        if constexpr (M::kShared) {
             // Shared memory reads 4-byte words at any word address: shift the block's bytes into
             // place here, so that decode sees offset 0 and its byte selection folds away (fewer
             // registers: decode's select network spilled in the staged kernel). Only the words
             // holding the block's bytes are read.
             constexpr int NW = 2 * Span<N, A>::N, NB = (N + 3) / 4;
-            const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t(3));
+            const uint32_t* w = M::template align<4, uint32_t>(b);
             const uint32_t off = addr_low(b, 3), last = (off + N - 1) >> 2;
             uint32_t x[NB + 1], y[NW];
 #pragma unroll
@@ -727,6 +818,11 @@ struct WholeBlock {
 template <class T>
 struct Fast {
     static constexpr bool kHas = false;
+};
+// rows of a type with mins, scale and min applied the form F way (Fast<T>::WithForm<F>)
+template <class T, int F>
+struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {
+    static_assert(Fast<T>::template WithForm<F>::kHas, "a form of a type with a decoder of its own");
 };
 
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
@@ -855,11 +951,14 @@ struct Fast<IQ4_XS> {
 
 // d | dmin | scales[12] | qs[128]; 144-byte blocks, 16-byte aligned: the 16-byte head and the 32
 // bytes of nibbles of the unit's sub-block pair (sub-block 2c: low nibbles, 2c + 1: high)
-template <>
-struct Fast<Q4_K> {
+template <int Form>
+struct Q4KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q4KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
-    static constexpr bool kStaged = true;    // H200: 0.31x (0.44x with ScaledOffset), faster than both
+    static constexpr bool kStaged = true;    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -881,14 +980,19 @@ struct Fast<Q4_K> {
         uint32_t q[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
-        k_values(q, ScaledMin(d1, m1), w);
+        k_values(q, MinOf<Form>(d1, m1), w);
     }
 };
+template <>
+struct Fast<Q4_K> : Q4KFast<kMinShift> {};
 
 // d | dmin | scales[12] | qh[32] | qs[128]; 176-byte blocks, 16-byte aligned: the head, the 32
 // nibble bytes as Q4_K and the 32 bytes of fifth bits (bit j of qh[l]: value 32j + l)
-template <>
-struct Fast<Q5_K> {
+template <int Form>
+struct Q5KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q5KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
     static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
@@ -916,9 +1020,11 @@ struct Fast<Q5_K> {
 #pragma unroll
         for (int k = 0; k < 8; ++k)
             q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
-        k_values(q, ScaledMin(d1, m1), w);
+        k_values(q, MinOf<Form>(d1, m1), w);
     }
 };
+template <>
+struct Fast<Q5_K> : Q5KFast<kMinHiLo> {};
 
 // ql[128] | qh[64] | scales:int8[16] | d:f16; 210-byte blocks, 2-byte aligned. Unit u = 4h + s of
 // its block: 32 ql bytes at 64h + 32(s % 2) (nibble s / 2), 32 qh bytes at 128 + 32h (bits 2s,
@@ -927,7 +1033,7 @@ template <>
 struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
-    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x)
+    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x); 0.30x with ld.shared
     struct Raw {
         Span<32, 2> ql, qh;
         uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
@@ -939,7 +1045,7 @@ struct Fast<Q6_K> {
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t* sc = b + 192 + 8 * h + 2 * s;
         const uint8_t* d = b + 208;
-        const uint32_t os = addr_low(b, 7) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
+        const uint32_t os = span_offset<M>(b) | uint32_t(s) << 4 | addr_low(sc, 3) << 8 | addr_low(d, 3) << 12;
         return {load_span<32, 2, M>(b + 64 * h + 32 * (s & 1)), load_span<32, 2, M>(b + 128 + 32 * h),
                 ld_word_at<M>(sc), ld_word_at<M>(d), os};
     }
@@ -965,11 +1071,14 @@ struct Fast<Q6_K> {
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
 // block: bits 2s, 2s + 1 of qs[32h + l]; scale bytes 8h + 2s (values 0..15), 8h + 2s + 1 (16..31):
 // low nibble scale, high nibble min; value = d*sc * q - dmin*m.
-template <>
-struct Fast<Q2_K> {
+template <int Form>
+struct Q2KFast {
+    static constexpr int kMinForm = Form;
+    template <int F>
+    using WithForm = Q2KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
-    static constexpr bool kStaged = true;    // H200: 0.17x (0.26x with ScaledOffset), faster than both
+    static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
     struct Raw {
         uint32_t q[8];
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
@@ -995,13 +1104,15 @@ struct Fast<Q2_K> {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
-            const ScaledMin f(d * float(sc & 15), dmin * float(sc >> 4));
+            const MinOf<Form> f(d * float(sc & 15), dmin * float(sc >> 4));
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k)
-                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, bf16x2_biased(0), f, w + 2 * k);
+                int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, f.b, f, w + 2 * k);
         }
     }
 };
+template <>
+struct Fast<Q2_K> : Q2KFast<kMinShift> {};
 
 // hmask[32] | qs[64] | scales[12] (16 6-bit scales, offset 32) | d:f16; 110-byte blocks, 2-byte
 // aligned. Unit u = 4h + s of its block: bits 2s, 2s + 1 of qs[32h + l], minus 4 where bit 4h + s
@@ -1011,7 +1122,7 @@ template <>
 struct Fast<Q3_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
-    static constexpr bool kStaged = true;    // H200: 0.17x at T=1 (2% faster), 0.17x / 0.14x at T=8
+    static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1022,7 +1133,7 @@ struct Fast<Q3_K> {
         const uint8_t* b = row + int64_t(u >> 3) * 110;
         const int h = (u >> 2) & 1, s = u & 3;
         const uint8_t *lo = b + 96 + 2 * s, *hi = b + 104 + 2 * (s & 1), *d = b + 108;
-        const uint32_t os = addr_low(b, 7) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
+        const uint32_t os = span_offset<M>(b) | uint32_t(u & 7) << 4 | addr_low(lo, 3) << 8 | addr_low(hi, 3) << 10 |
                             addr_low(d, 3) << 12;
         return {load_span<32, 2, M>(b), load_span<32, 2, M>(b + 32 + 32 * h), ld_word_at<M>(lo), ld_word_at<M>(hi),
                 ld_word_at<M>(d), os};
@@ -1072,7 +1183,7 @@ struct IqHead {
 };
 template <class M>
 __device__ __forceinline__ IqHead iq_head(const uint8_t* b, int ib) {
-    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), addr_low(b + 2, 7) | addr_low(b, 3) << 4};
+    return {load_span<8, 2, M>(b + 2 + 8 * ib), ld_word_at<M>(b), span_offset<M>(b + 2) | addr_low(b, 3) << 4};
 }
 __device__ __forceinline__ float iq_d(const IqHead& r) { return half_bits(r.d >> (8 * ((r.os >> 4) & 3))); }
 __device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
@@ -1086,6 +1197,7 @@ template <>
 struct Fast<IQ2_XXS> {
     static constexpr bool kHas = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.12x
+    static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     using Raw = IqHead;
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) { return iq_head<M>(row + int64_t(u >> 3) * 66, u & 7); }
@@ -1105,6 +1217,7 @@ template <>
 struct Fast<IQ2_XS> {
     static constexpr bool kHas = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.14x
+    static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     struct Raw {
         IqHead head;
         uint32_t sc;  // the word holding the sub-block's scale byte (position in head.os bits 8..9)
@@ -1136,6 +1249,7 @@ struct Fast<IQ2_XS> {
 template <>
 struct Fast<IQ3_XXS> {
     static constexpr bool kHas = true;
+    static constexpr bool kGenericShared = true;  // as IQ3_S (where staged: FTW_GGUF_CUDA_DECODER=staged)
     struct Raw {
         IqHead head;
         uint32_t s0, s1;  // the words covering the sub-block's u32 of signs and scale (2-byte aligned)
@@ -1147,7 +1261,7 @@ struct Fast<IQ3_XXS> {
         const uint8_t* a = b + 66 + 4 * ib;
         IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(a, 3) << 8;
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(a) & ~uintptr_t(3));
+        const uint32_t* w = M::template align<4, uint32_t>(a);
         // the next word only where the 4 bytes straddle two (a % 4 == 2): the word after the last
         // sub-block's lies past the block, past the bank for its last block
         return {h, M::word(w), M::word(w + (addr_low(a, 3) >> 1))};
@@ -1173,6 +1287,7 @@ struct Fast<IQ3_S> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.17x
     static constexpr bool kStaged = true;    // H200: 0.19x, faster than both
+    static constexpr bool kGenericShared = true;  // H200: 0.20x; 0.19x with ld.shared (SharedLoads)
     struct Raw {
         IqHead head;
         uint32_t qh, sg0, sg1, sc;  // words holding qh[ib], the 4 sign bytes (2-byte aligned), the scale byte
@@ -1184,7 +1299,7 @@ struct Fast<IQ3_S> {
         const uint8_t *qh = b + 66 + ib, *sg = b + 74 + 4 * ib, *sc = b + 106 + ib / 2;
         IqHead h = iq_head<M>(b, ib);
         h.os |= addr_low(qh, 3) << 8 | addr_low(sg, 3) << 10 | addr_low(sc, 3) << 12 | uint32_t(ib & 1) << 14;
-        const uint32_t* sw = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(sg) & ~uintptr_t(3));
+        const uint32_t* sw = M::template align<4, uint32_t>(sg);
         return {h, ld_word_at<M>(qh), M::word(sw), M::word(sw + 1), ld_word_at<M>(sc)};
     }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
@@ -1246,6 +1361,35 @@ struct StagedDefault {  // Fast<T>::kStaged: decode takes the staged kernel by d
     static constexpr bool value = test<F>(nullptr);
 };
 
+template <class F>
+struct MinFormOf {  // Fast<T>::kMinForm, -1 for a type without mins
+    template <class D>
+    static constexpr int test(decltype(&D::kMinForm)) { return D::kMinForm; }
+    template <class D>
+    static constexpr int test(...) { return -1; }
+    static constexpr int value = test<F>(nullptr);
+};
+
+template <class T>
+struct Tag {
+    using type = T;
+};
+
+// g(Tag<T>), or g(Tag<WithMin<T, form>>) for a type with mins where FTW_GGUF_CUDA_MIN names the
+// form it does not take by default (read at every launch)
+template <class T, class G>
+void with_min_form(G&& g) {
+    constexpr int kF = MinFormOf<Fast<T>>::value;
+    if constexpr (kF >= 0) {
+        static_assert(kMinHiLo + kMinShift == 1, "two forms: the other is 1 - kF");
+        const char* e = std::getenv("FTW_GGUF_CUDA_MIN");
+        const std::string v = e ? e : "";
+        const int f = v == "hilo" ? kMinHiLo : v == "shift" ? kMinShift : kF;
+        if (f != kF) return g(Tag<WithMin<T, 1 - kF>>{});
+    }
+    g(Tag<T>{});
+}
+
 // rows of n values of ggml type T: bytes
 template <class T>
 __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
@@ -1257,7 +1401,7 @@ __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
 // covering a chunk (kSpan). decode_staged reads the unit's bytes with the same Fast<T>::load as
 // the register-fed kernels, from the shared-memory ring instead of global memory.
-template <class T>
+template <class T, class M>
 struct StagedRows {
     using F = Fast<T>;
     static constexpr bool kStaged = true;
@@ -1269,7 +1413,7 @@ struct StagedRows {
         return type_row_bytes<T>(proj == 0 ? p.H : p.I);
     }
     __device__ static void decode_staged(const uint8_t* b, int k, uint32_t (&w)[16]) {
-        F::decode(F::template load<SharedLoads>(b, k), w);
+        F::decode(F::template load<M>(b, k), w);
     }
 };
 struct RegisterFedOnly {};
@@ -1282,8 +1426,8 @@ struct RegisterFedOnly {};
 // each row's chunks into shared memory by cp.async, many bytes in flight without registers;
 // prefill and FTW_CUDA_DECODE=classic keep the register-fed way Fast<T>::kPrefetch picks).
 // The defaults per type (kPrefetch, kStaged) come from measurements (docs/BENCHMARKS.md).
-template <class T, bool Prefetched, bool Staging>
-struct TypedDecoder : std::conditional_t<Staging, StagedRows<T>, RegisterFedOnly> {
+template <class T, bool Prefetched, bool Staging, class M = SharedLoads>
+struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedOnly> {
     using F = Fast<T>;
     using Classic = TypedDecoder<T, Prefetched, false>;  // the register-fed kernels' instantiation
     static constexpr int VEC = 32;
@@ -1341,6 +1485,25 @@ struct TypeList {};
 #define FTW_GGML_LIST_ENTRY(T) T,
 using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
 #undef FTW_GGML_LIST_ENTRY
+
+template <class F>
+struct GenericSharedDefault {  // Fast<T>::kGenericShared: the staged kernel reads with SharedLoadsGeneric
+    template <class D>
+    static constexpr bool test(decltype(&D::kGenericShared)) { return D::kGenericShared; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// How the staged kernel reads its ring for rows of type T: SharedLoadsGeneric where T says so
+// (kGenericShared) or FTW_GGUF_CUDA_SHARED=generic, SharedLoads where it does not or
+// FTW_GGUF_CUDA_SHARED=shared (the bench's comparisons)
+template <class T>
+bool generic_shared_loads() {
+    const char* e = std::getenv("FTW_GGUF_CUDA_SHARED");
+    const std::string v = e ? e : "";
+    return v == "generic" || (v != "shared" && GenericSharedDefault<Fast<T>>::value);
+}
 
 }  // namespace
 

@@ -23,15 +23,22 @@ void launch_with(int phase, const KernelParams& p, cudaStream_t stream) {
 }
 
 // A projection whose rows are all of type T, on a 16-byte-aligned bank: TypedDecoder<T> the way
-// the mode says (GgufMode).
+// the mode says (GgufMode), in T's min form (with_min_form), the staged kernel reading its ring
+// the way generic_shared_loads<T> says.
 template <class T>
 void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t stream) {
-    constexpr bool pf = HasPrefetch<Fast<T>>::value;
-    if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<T, false, false>>(phase, p, stream);
-    if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<T, true, false>>(phase, p, stream);
-    if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedDefault<Fast<T>>::value))
-        return launch_with<TypedDecoder<T, pf, true>>(phase, p, stream);
-    launch_with<TypedDecoder<T, pf, false>>(phase, p, stream);
+    with_min_form<T>([&](auto tag) {
+        using U = typename decltype(tag)::type;
+        constexpr bool pf = HasPrefetch<Fast<U>>::value;
+        if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
+        if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
+        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedDefault<Fast<U>>::value)) {
+            if (generic_shared_loads<U>())
+                return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
+            return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
+        }
+        launch_with<TypedDecoder<U, pf, false>>(phase, p, stream);
+    });
 }
 
 void launch_table_driven(int phase, GgufMode, const KernelParams& p, cudaStream_t stream) {
