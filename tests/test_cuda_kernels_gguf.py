@@ -166,6 +166,24 @@ def test_every_way_of_loading(name, kind, monkeypatch):
     check((name, name, name), 3, [3, TYPES.index(name), KINDS.index(kind)])
 
 
+# the types whose default decode is register-fed (no kStaged): experts_decode's shaped loop
+# (ShapedDecoder: x loaded at use, units refilled once decoded, unpredicated loads, phase 1 a
+# programmatic dependent launch), or the legacy loop with FTW_CUDA_REGISTER_SHAPE=legacy
+REGISTER_FED = ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4", "IQ4_XS", "IQ3_XXS"]
+
+
+@pytest.mark.parametrize("loop", ["shaped", "legacy"])
+@pytest.mark.parametrize("name", REGISTER_FED)
+def test_register_fed_decode_in_either_loop(name, loop, monkeypatch):
+    """Both loops decode the same values. The 32-value types run rows of 352 and 160 values: a
+    last chunk of 3 units of 4, whose missing unit the shaped loop reads from the row's last unit
+    (unpredicated) and must meet zero x; the 256-value types as many rows as their blocks allow."""
+    if loop == "legacy":
+        monkeypatch.setenv("FTW_CUDA_REGISTER_SHAPE", "legacy")
+    size = {"H": 352, "I": 160} if name not in ("IQ4_XS", "IQ3_XXS") else {"H": 768, "I": 256}
+    check((name, name, name), 3, [7, TYPES.index(name), loop == "legacy"], **size)
+
+
 # the types with mins and the two ways their decoders apply scale and min (FTW_GGUF_CUDA_MIN; the
 # default picks one per type, both are run here): hilo (scale and min as bf16 hi + lo pairs),
 # shift (the min's integer multiple of the scale taken off the quant exactly, the scale rounded once)

@@ -14,7 +14,9 @@
 // The launch (launch.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
 // table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons), as
 // FTW_GGUF_CUDA_MIN does the way the types with mins apply them (with_min_form) and
-// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads).
+// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads); a
+// type's default register-fed decode runs experts_decode's shaped loop (ShapedDecoder,
+// FTW_CUDA_REGISTER_SHAPE=legacy the legacy one).
 //
 // Build: this header holds the decoders; each type's kernels are compiled in one of kSlices
 // translation units that build.cmake generates (slice.cuh), which register the type's launcher
@@ -1478,6 +1480,22 @@ struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedO
             return 1.0f;
     }
 };
+
+// A register-fed TypedDecoder in experts_decode's shaped loop (RegisterShape, as bf16 and
+// fp8_block run): x loaded when its chunk is used rather than in every lane's ring (at T=1 only
+// 4 lanes of 32 use it), each unit refilled as soon as it is decoded, loads unpredicated, and
+// phase 1 a programmatic dependent launch of phase 0. Decode only (prefill keeps Dec).
+// FTW_CUDA_REGISTER_SHAPE=legacy keeps the legacy loop (the bench's rs-legacy).
+template <class Dec>
+struct ShapedDecoder : Dec {
+    using RegisterShape = ::ftw::cuda::RegisterShape<0, 0, false, 128, false, 0, true>;
+    using Classic = ShapedDecoder;
+};
+
+inline bool legacy_register_loop() {
+    const char* e = std::getenv("FTW_CUDA_REGISTER_SHAPE");
+    return e != nullptr && std::string(e) == "legacy";
+}
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

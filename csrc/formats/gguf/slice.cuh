@@ -22,9 +22,19 @@ void launch_with(int phase, const KernelParams& p, cudaStream_t stream) {
         launch_phase<Dec, 1>(p, stream);
 }
 
+template <class Dec>
+void launch_decode_with(int phase, const KernelParams& p, cudaStream_t stream) {
+    if (phase == 0)
+        launch_decode<Dec, 0>(p, stream);
+    else
+        launch_decode<Dec, 1>(p, stream);
+    check_launch(phase == 0 ? "gate_up kernel" : "down kernel");
+}
+
 // A projection whose rows are all of type T, on a 16-byte-aligned bank: TypedDecoder<T> the way
 // the mode says (GgufMode), in T's min form (with_min_form), the staged kernel reading its ring
-// the way generic_shared_loads<T> says.
+// the way generic_shared_loads<T> says, and a default register-fed decode in the shaped loop
+// (ShapedDecoder: decode only, so no prefill kernel is made for it).
 template <class T>
 void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t stream) {
     with_min_form<T>([&](auto tag) {
@@ -36,6 +46,10 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
+        }
+        if constexpr (!StagedDefault<Fast<U>>::value) {  // (else unreachable: no kernel made)
+            if (decode_step(p) && !legacy_register_loop())
+                return launch_decode_with<ShapedDecoder<TypedDecoder<U, pf, false>>>(phase, p, stream);
         }
         launch_with<TypedDecoder<U, pf, false>>(phase, p, stream);
     });
