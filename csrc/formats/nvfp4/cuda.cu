@@ -9,40 +9,38 @@ namespace {
 
 struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     static constexpr int VEC = 32;
+    // MUL = false: the decode before (scales through float, e2m1 by shifts), which the staged
+    // kernel runs under FTW_CUDA_STAGED_OPT=0 (decode_v0), so that one benchmark run times both
+    template <bool MUL = true>
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
-        // the two e4m3 scales by bit placement into one bf16x2 (scale * 2^-120, exact also for
-        // e4m3 subnormals), times 2^127 and 2^57 (exact): scale * 2^64; with e2m1's 2^-126, w * 2^-62
-        const uint32_t t = prmt(raw.s, 0u, 0x4140);  // scale byte k -> low byte of half k
-        const uint32_t sc = hmul2(hmul2(((t & 0x00800080u) << 8) | ((t & 0x007F007Fu) << 4), 0x7F007F00u), 0x5C005C00u);
-        const uint32_t m2[2] = {prmt(sc, 0u, 0x1010), prmt(sc, 0u, 0x3232)};
-        const uint32_t q[4] = {raw.w.x, raw.w.y, raw.w.z, raw.w.w};
+        uint32_t m2[2];  // scale * 2^64 per 16 values: with e2m1's 2^-126, w * 2^-62 (exact)
+        if (MUL) {
+            // the two e4m3 scales by bit placement into one bf16x2 (scale * 2^-120, exact also for
+            // e4m3 subnormals), times 2^127 and 2^57 (exact)
+            const uint32_t t = prmt(raw.s, 0u, 0x4140);  // scale byte k -> low byte of half k
+            const uint32_t sc = hmul2(hmul2(((t & 0x00800080u) << 8) | ((t & 0x007F007Fu) << 4), 0x7F007F00u), 0x5C005C00u);
+            m2[0] = prmt(sc, 0u, 0x1010), m2[1] = prmt(sc, 0u, 0x3232);
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            uint32_t v[4];
-            e2m1x8_raw_mul(q[i], v);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2[i / 2]);
-        }
-    }
-    // the decode before (scales through float, e2m1 by shifts): the staged kernel runs it under FTW_CUDA_STAGED_OPT=0,
-    // so that one benchmark run times both
-    __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) {
-        uint32_t m2[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {  // scale * 2^64: with e2m1's 2^-126, w * 2^-62 (exact)
-            const float s = e4m3_to_float((raw.s >> (8 * k)) & 0xFFu) * 1.8446744073709552e19f;
-            const uint32_t m = __float_as_uint(s) >> 16;
-            m2[k] = m | (m << 16);
+            for (int k = 0; k < 2; ++k) {
+                const float s = e4m3_to_float((raw.s >> (8 * k)) & 0xFFu) * 1.8446744073709552e19f;
+                const uint32_t m = __float_as_uint(s) >> 16;
+                m2[k] = m | (m << 16);
+            }
         }
         const uint32_t q[4] = {raw.w.x, raw.w.y, raw.w.z, raw.w.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             uint32_t v[4];
-            e2m1x8_raw(q[i], v);
+            if (MUL)
+                e2m1x8_raw_mul(q[i], v);
+            else
+                e2m1x8_raw(q[i], v);
 #pragma unroll
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(v[k], m2[i / 2]);
         }
     }
+    __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static float post(const KernelParams& p, int proj, int slot, int r) {
         return kTwo62 * __ldg(reinterpret_cast<const float*>(bank_row(p, 4 + proj, slot)) + r);
