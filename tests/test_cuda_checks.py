@@ -61,6 +61,14 @@ def test_ggml_cuda_types_listed_in_table_order():
     assert rt.cuda_ggml_types() == GGML_CUDA_TYPES
 
 
+def test_every_gguf_kernel_slice_registered_its_types():
+    """The GGUF kernels compile in slices (csrc/formats/gguf/build.cmake) that register each type's
+    launcher at load; a type whose slice went missing would fall back to the table-driven decoder
+    silently (right values, a fraction of the speed)."""
+    table_driven = {"Q5_0", "Q4_1", "Q5_1"}  # no decoder of their own (decoders.cuh, Fast<T>)
+    assert rt.cuda_ggml_own_decoders() == [t for t in GGML_CUDA_TYPES if t not in table_driven]
+
+
 def test_format_without_kernel_refused_by_name():
     with pytest.raises(UnsupportedError, match="no CUDA kernel for layer format 'affine'"):
         forward("affine", bases=[BASE] * 6, rows=[4096] * 6)

@@ -57,6 +57,18 @@ FTW_BINDINGS(cuda_experts) {
         "ggml types the gguf format decodes on the GPU in this build (empty without CUDA).");
 
     m.def(
+        "cuda_ggml_own_decoders",
+        []() -> std::vector<std::string> {
+#ifdef FTW_WITH_CUDA
+            return ftw::cuda::ggml_cuda_own_decoders();
+#else
+            return {};
+#endif
+        },
+        "Of cuda_ggml_types, those with kernels of their own in this build (the others run the "
+        "table-driven decoder).");
+
+    m.def(
         "cuda_experts_workspace_bytes",
         [](int T, int K, int I, int num_experts) -> int64_t {
 #ifdef FTW_WITH_CUDA

@@ -69,6 +69,9 @@ std::vector<std::string> experts_formats();
 
 // The ggml types the gguf format decodes on the GPU (csrc/formats/gguf/launch.cu), its table order.
 std::vector<std::string> ggml_cuda_types();
+// Those of them whose kernels are their own (registered by the build's slices), table order; the
+// others run the table-driven decoder.
+std::vector<std::string> ggml_cuda_own_decoders();
 
 // A read-only streaming kernel over `bytes` bytes at `ptr` (the bench's bandwidth ceiling);
 // XORs what it read into `sink` (1024 uint32 words) so nothing is optimised away.

@@ -112,6 +112,13 @@ std::vector<std::string> ggml_cuda_types() {
     return names;
 }
 
+std::vector<std::string> ggml_cuda_own_decoders() {
+    std::vector<std::string> names;
+    for (const HostType& t : kTypes)
+        if (find_launch(t.id) != find_launch(kTableDriven)) names.emplace_back(t.name);
+    return names;
+}
+
 void register_gguf_launch(int type_id, GgufPhaseLaunch launch) {
     Launchers& l = launchers();
     if (l.count < Launchers::kMax) l.type_id[l.count] = type_id, l.launch[l.count++] = launch;
