@@ -448,13 +448,13 @@ def main() -> None:
             ap.error(f"--cases: unknown {c!r} (known: {', '.join(CASES)})")
     cases = [CASES[c] for c in args.cases.split(",")]
     for size in args.sizes.split(","):
-        H, I, E = SIZES[size]  # noqa: E741
+        H, I, E_size = SIZES[size]  # noqa: E741
         for name in args.formats.split(","):
             # the steps must cycle over weights of at least 4x the L2 (as over several layers): a
             # layer of 2-3-bit experts at the qwen3 size holds less (IQ3_XXS: 231 MB), so it
             # stands in for two or more layers with a multiple of E experts (a step still routes
             # top_k of them)
-            E = SIZES[size][2]
+            E = E_size
             view = random_layer(name, H, I, E, dev)
             while expert_nbytes(view) * E < 4 * L2_BYTES:
                 E *= 2

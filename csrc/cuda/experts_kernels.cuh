@@ -1309,6 +1309,31 @@ inline bool programmatic_launch() {
     return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// A kernel launch, as a programmatic dependent of the stream's previous kernel where
+// `programmatic` (its blocks may start while that kernel's last blocks run; the kernel itself
+// waits with griddepcontrol.wait before it reads what that kernel writes).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream, bool programmatic,
+                   const Args&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    if (programmatic) cfg.attrs = attr, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// FTW_CUDA_REGISTER_SHAPE=legacy: the register-fed decode of every decoder with a RegisterShape in
+// the legacy loop (benchmarks compare them in one run; read at every launch).
+inline bool legacy_register_loop() {
+    const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
+    return v != nullptr && std::strcmp(v, "legacy") == 0;
+}
+
 // The staged kernel's variant: FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they
 // keep one (benchmarks time both in one run), else every kOpt* bit.
 inline int staged_opt() {
@@ -1388,16 +1413,8 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(sh.grid);
-    cfg.blockDim = dim3(32 * sh.ks);
-    cfg.dynamicSmemBytes = staged_smem(sh.ks, S, units);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    if (PH == 1 && programmatic_launch()) cfg.attrs = attr, cfg.numAttrs = 1;  // overlaps phase 0's tail
-    cudaLaunchKernelEx(&cfg, kernel, p, nbands, sh.cpw, nparts);
+    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units), stream,
+                  PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
 template <class Dec, int PH, int S>
@@ -1442,21 +1459,17 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
-    if constexpr (PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy) {
-        if (programmatic_launch()) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(nx, ny);
-            cfg.blockDim = dim3(32 * ks);
-            cfg.stream = stream;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr, cfg.numAttrs = 1;
-            cudaLaunchKernelEx(&cfg, experts_decode<C, PH, NT, Legacy>, p);
-            return;
-        }
-    }
-    experts_decode<C, PH, NT, Legacy><<<dim3(nx, ny), 32 * ks, 0, stream>>>(p);
+    const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
+    launch_kernel(experts_decode<C, PH, NT, Legacy>, dim3(nx, ny), dim3(32 * ks), 0, stream, programmatic, p);
+}
+
+// Both phases of a decode step with experts_decode.
+template <class C, bool Legacy = RegisterShapeOf<C>::Legacy>
+void launch_register_fed_step(const KernelParams& p, cudaStream_t stream) {
+    launch_register_fed<C, 0, Legacy>(p, stream);
+    check_launch("gate_up kernel");
+    launch_register_fed<C, 1, Legacy>(p, stream);
+    check_launch("down kernel");
 }
 
 // One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
@@ -1521,33 +1534,17 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
 // prefill RegisterShape<>'s (the shape only sets its loads' L2 prefetch size).
 template <template <class> class DecT, class Shape, class... Others>
 void launch_shaped(const KernelParams& p, cudaStream_t stream) {
+    if (!decode_step(p)) return launch_experts<DecT<RegisterShape<>>>(p, stream);  // prefill's loads as before the shapes
+    if (legacy_register_loop()) return launch_register_fed_step<DecT<RegisterShape<>>, true>(p, stream);
     const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
-    if (v != nullptr && decode_step(p)) {
-        int i = std::strcmp(v, "legacy") == 0 ? -1 : std::atoi(v), k = 0;
-        bool done = false;
-        auto one = [&](auto shape) {
-            using S = decltype(shape);
-            if (done || ++k != i) return;
-            launch_register_fed<DecT<S>, 0>(p, stream);
-            check_launch("gate_up kernel");
-            launch_register_fed<DecT<S>, 1>(p, stream);
-            check_launch("down kernel");
-            done = true;
-        };
-        (one(Others{}), ...);
-        if (!done && i == -1) {
-            launch_register_fed<DecT<RegisterShape<>>, 0, true>(p, stream);
-            check_launch("gate_up kernel");
-            launch_register_fed<DecT<RegisterShape<>>, 1, true>(p, stream);
-            check_launch("down kernel");
-            done = true;
-        }
-        if (done) return;
-    }
-    if (decode_step(p))
-        launch_experts<DecT<Shape>>(p, stream);
-    else  // prefill's loads as before the shapes (experts_proj was not timed with them)
-        launch_experts<DecT<RegisterShape<>>>(p, stream);
+    const int i = v != nullptr ? std::atoi(v) : 0;
+    int k = 0;
+    bool done = false;
+    auto other = [&](auto shape) {
+        if (!done && ++k == i) launch_register_fed_step<DecT<decltype(shape)>>(p, stream), done = true;
+    };
+    (other(Others{}), ...);
+    if (!done) launch_experts<DecT<Shape>>(p, stream);
 }
 
 // ---- registration ---------------------------------------------------------------------------

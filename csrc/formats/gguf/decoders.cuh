@@ -1492,11 +1492,6 @@ struct ShapedDecoder : Dec {
     using Classic = ShapedDecoder;
 };
 
-inline bool legacy_register_loop() {
-    const char* e = std::getenv("FTW_CUDA_REGISTER_SHAPE");
-    return e != nullptr && std::string(e) == "legacy";
-}
-
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>
 struct TypeList {};

@@ -14,21 +14,16 @@
 namespace ftw::cuda {
 namespace {
 
-template <class Dec>
+// Dec's launch of `phase` (launch_phase), or with DecodeOnly its decode kernel alone: a decoder
+// that serves decode only gets no prefill kernel made for it.
+template <class Dec, bool DecodeOnly = false>
 void launch_with(int phase, const KernelParams& p, cudaStream_t stream) {
-    if (phase == 0)
-        launch_phase<Dec, 0>(p, stream);
-    else
-        launch_phase<Dec, 1>(p, stream);
-}
-
-template <class Dec>
-void launch_decode_with(int phase, const KernelParams& p, cudaStream_t stream) {
-    if (phase == 0)
-        launch_decode<Dec, 0>(p, stream);
-    else
-        launch_decode<Dec, 1>(p, stream);
-    check_launch(phase == 0 ? "gate_up kernel" : "down kernel");
+    if constexpr (DecodeOnly) {
+        phase == 0 ? launch_decode<Dec, 0>(p, stream) : launch_decode<Dec, 1>(p, stream);
+        check_launch(phase == 0 ? "gate_up kernel" : "down kernel");
+    } else {
+        phase == 0 ? launch_phase<Dec, 0>(p, stream) : launch_phase<Dec, 1>(p, stream);
+    }
 }
 
 // A projection whose rows are all of type T, on a 16-byte-aligned bank: TypedDecoder<T> the way
@@ -49,7 +44,7 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         }
         if constexpr (!StagedDefault<Fast<U>>::value) {  // (else unreachable: no kernel made)
             if (decode_step(p) && !legacy_register_loop())
-                return launch_decode_with<ShapedDecoder<TypedDecoder<U, pf, false>>>(phase, p, stream);
+                return launch_with<ShapedDecoder<TypedDecoder<U, pf, false>>, true>(phase, p, stream);
         }
         launch_with<TypedDecoder<U, pf, false>>(phase, p, stream);
     });
