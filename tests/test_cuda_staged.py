@@ -46,6 +46,7 @@ def forward_and_ref(name, H, I, E, K, T, seed, banks=None, opts=None):  # noqa: 
 @pytest.mark.parametrize("T", [1, 3])
 def test_down_items_split_between_blocks(name, parts, T, monkeypatch):
     monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", str(parts))
+    monkeypatch.setenv("FTW_CUDA_FUSED", "0")  # parts are the two-launch down phase's (the fused one: whole items)
     # I = 1024: 4 chunks of 256 values per down row for fp4, 8 for mxfp8 (parts of 1-4 chunks)
     out, ref = forward_and_ref(name, 256, 1024, 8, 4, T, [parts, T, STAGED.index(name)])
     assert rel_err(out, ref) < tol(name)

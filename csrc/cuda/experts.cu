@@ -24,15 +24,18 @@ std::map<std::string, const CudaFormat*>& table() {
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-// Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16
+// Workspace layout: [error, num_tiles] | sync [kSyncWords] | sorted_pairs [P] | tiles [max_tiles]
+// int4 | act [P, I] bf16. The sync words (the fused decode's counters) must be zero when the
+// workspace is first used (allocated zero-filled); every fused launch leaves them zero.
 struct Layout {
-    int64_t pairs_off, tiles_off, act_off, total;
+    int64_t sync_off, pairs_off, tiles_off, act_off, total;
 };
 
 Layout layout(int T, int K, int I, int E) {
     const int64_t P = int64_t(T) * K;
     Layout l;
-    l.pairs_off = 256;
+    l.sync_off = 256;
+    l.pairs_off = l.sync_off + align256(kSyncWords * 4);
     l.tiles_off = l.pairs_off + align256(P * 4);
     l.act_off = l.tiles_off + align256(int64_t(max_tiles(int(P), 16, E)) * 16);
     l.total = l.act_off + align256(P * I * 2);
@@ -255,6 +258,7 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     auto* ws = reinterpret_cast<uint8_t*>(p.workspace);
     kp.error = reinterpret_cast<int32_t*>(ws);
     kp.num_tiles = reinterpret_cast<int32_t*>(ws + 4);
+    kp.sync = reinterpret_cast<int32_t*>(ws + l.sync_off);
     kp.sorted_pairs = reinterpret_cast<int32_t*>(ws + l.pairs_off);
     kp.tiles = reinterpret_cast<int4*>(ws + l.tiles_off);
     kp.act = reinterpret_cast<__nv_bfloat16*>(ws + l.act_off);

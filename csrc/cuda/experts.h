@@ -30,7 +30,8 @@ struct ActivationSpec {
 struct ExpertsProblem {
     int H = 0, I = 0, T = 0, K = 0;
     uintptr_t x = 0, topk_ids = 0, topk_weights = 0, out = 0;
-    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E) bytes
+    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E) bytes, zero-filled when
+                              // allocated (the fused decode's counters; the kernels leave them zero)
     int64_t workspace_bytes = 0;
     int num_slots = 0;  // slots in the pool: slot_of_expert entries must be in [0, num_slots)
 };
@@ -60,7 +61,8 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
 // of `blocks` blocks on `sms` SMs (the launch shape rule of experts_kernels.cuh, host-only).
 int decode_ksplit(int in, int vec, int blocks, int sms);
 
-// The workspace's device error word: 0 when every routed pair was resident and in range, else
+// The workspace's device error word: -1 when a fused decode found its counters not zero at launch
+// (a workspace not zero-filled when allocated); 0 when every routed pair was resident and in range, else
 // 1 + the first bad pair index (t * K + k). Read it after the stream has run.
 uintptr_t error_flag(uintptr_t workspace);
 

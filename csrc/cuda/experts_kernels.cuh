@@ -3,10 +3,11 @@
 //
 // Work: phase 0 reads gate_up rows and writes act = activation(gate, up) (bf16, [T*K, I]);
 // phase 1 reads down rows and adds weight * (down(act) + bias) into out [T, H]. Each phase is
-// one launch covering every routed expert. Decode (T <= 8): every block finds the step's
-// distinct experts from topk_ids itself and serves bands of rows of some of them, either with
-// its weight units in flight in registers (experts_decode) or staged through shared memory by
-// cp.async (experts_decode_staged, for decoders that choose it: see its comment).
+// one launch covering every routed expert (a decode step may run both in one: fused_launch).
+// Decode (T <= 8): every block finds the step's distinct experts from topk_ids itself and serves
+// bands of rows of some of them, either with its weight units in flight in registers
+// (experts_decode) or staged through shared memory by cp.async (experts_decode_staged, for
+// decoders that choose it: see its comment).
 // Prefill (experts_proj): the routing kernel (experts.cu) first groups the (token, k) pairs by
 // expert into tiles of up to 64 pairs of one expert, each with the expert's slot.
 //
@@ -51,6 +52,7 @@ struct KernelParams {
     int4* tiles;  // {slot, first sorted index, count, expert}
     int32_t* num_tiles;
     int32_t* error;  // 0, or 1 + first pair whose expert is out of range or not resident
+    int32_t* sync;  // the fused decode's counters (kSync*): zero between launches
     int act_kind;
     float alpha, limit;  // limit = +inf when the activation has none
     int gu_bias_bank, down_bias_bank;  // bank index, -1 when the layer has no biases
@@ -225,17 +227,62 @@ __device__ __forceinline__ void add_down_row(const KernelParams& p, int pair, in
 constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
+// The fused decode's counters in the workspace (KernelParams::sync; experts_decode_fused and
+// experts_decode_staged with kFused): blocks finished, blocks that cleared their share of out,
+// tickets taken (experts_decode_fused), then per distinct-expert rank the gate_up work done.
+constexpr int kSyncFinished = 0, kSyncCleared = 1, kSyncTicket = 2, kSyncExpert = 3;
+constexpr int kSyncWords = kSyncExpert + kDecodeMaxPairs;
+constexpr int kSyncBroken = -1;  // error word: a fused wait gave up
+constexpr int kSyncSpins = 1 << 20;  // with the sleeps, well under a second: a step takes microseconds
+
+__device__ __forceinline__ int ld_acquire(const int32_t* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// A fused down phase's wait (lane 0 of each warp, then the warp): until `done` of distinct
+// expert dx's gate_up work and `cleared` shares of out are released (acquire loads); after
+// kSyncSpins polls it gives up and flags the error word (the counters were not zero at launch).
+__device__ __forceinline__ void wait_gate_up(const KernelParams& p, int dx, int done, int cleared) {
+    if ((threadIdx.x & 31) == 0) {
+        int spins = 0;
+        while ((ld_acquire(p.sync + kSyncExpert + dx) < done || ld_acquire(p.sync + kSyncCleared) < cleared) &&
+               ++spins < kSyncSpins)
+            __nanosleep(32);
+        if (spins == kSyncSpins) atomicCAS(p.error, 0, kSyncBroken);
+    }
+    __syncwarp();
+}
+
+// Release of a fused gate_up's work on distinct expert dx (one thread, after a barrier that
+// follows the act stores), and the end of a fused launch (thread 0, after a barrier that follows
+// the block's work): the last of `blocks` blocks to finish zeroes the counters for the next
+// launch (every other block is done with them); the finish counter wraps to zero itself.
+__device__ __forceinline__ void release_gate_up(const KernelParams& p, int dx) {
+    __threadfence();
+    atomicAdd(p.sync + kSyncExpert + dx, 1);
+}
+__device__ __forceinline__ void finish_fused(const KernelParams& p, int nexp, unsigned blocks) {
+    __threadfence();
+    if (atomicInc(reinterpret_cast<unsigned*>(p.sync + kSyncFinished), blocks - 1) == blocks - 1) {
+        p.sync[kSyncCleared] = 0, p.sync[kSyncTicket] = 0;
+        for (int e = 0; e < nexp; ++e) p.sync[kSyncExpert + e] = 0;
+        __threadfence();
+    }
+}
+
 struct Tile {
     int slot, count;
     const int32_t* pairs;  // `count` pair ids (t * K + k)
 };
 
 // experts_decode's routing, done by every block (no routing kernel): the step's distinct experts
-// in order of first appearance (s_dexp, count returned); block (0, 0) of phase 0 writes the error
-// word (first pair whose expert is out of range or not resident). Block y then serves distinct
-// experts y, y + gridDim.y, ...; both phases derive the same list.
-template <int PH>
-__device__ int decode_experts(const KernelParams& p, int* s_ids, int* s_first, int* s_dexp, int* s_meta) {
+// in order of first appearance (s_dexp, count returned); one block (write_error: block (0, 0) of
+// phase 0) writes the error word (first pair whose expert is out of range or not resident).
+// Block y then serves distinct experts y, y + gridDim.y, ...; both phases derive the same list.
+__device__ inline int decode_experts(const KernelParams& p, int* s_ids, int* s_first, int* s_dexp, int* s_meta,
+                                     bool write_error) {
     const int P = p.T * p.K, tid = threadIdx.x;
     if (tid == 0) s_meta[0] = 0, s_meta[1] = INT_MAX;
     for (int i = tid; i < P; i += blockDim.x) s_ids[i] = p.topk_ids[i];
@@ -257,8 +304,7 @@ __device__ int decode_experts(const KernelParams& p, int* s_ids, int* s_first, i
         s_dexp[rank] = s_ids[i];
     }
     __syncthreads();
-    if (PH == 0 && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
-        *p.error = s_meta[1] == INT_MAX ? 0 : s_meta[1] + 1;
+    if (write_error && tid == 0) *p.error = s_meta[1] == INT_MAX ? 0 : s_meta[1] + 1;
     return s_meta[0];
 }
 
@@ -419,10 +465,14 @@ __device__ __forceinline__ void decode_expert_legacy(const KernelParams& p, cons
     }
 }
 
-// One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
-template <class Dec, int PH, int NT, bool Legacy>
+// One expert's share of a decode step: the rows of band bx (NT tiles) of the expert in `tile`,
+// every pair. FU: in experts_decode_fused, whose phase 1 reads act written in the same launch
+// (coherent loads) after waiting for gate_up's `done` units of work on distinct expert dx and
+// `cleared` shares of out (wait_gate_up), where the two-launch phase 1 waits for phase 0.
+template <class Dec, int PH, int NT, bool Legacy, bool FU = false>
 __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
-                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
+                                              float (&red)[kMaxKSplit - 1][NT * 4][32], const int bx,
+                                              const int dx = 0, const int done = 0, const int cleared = 0) {
     using Shape = RegisterShapeOf<Dec>;
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
@@ -447,11 +497,11 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
         for (int h = 0; h < 2; ++h) {
             int r;
             if (PH == 0) {
-                const int j = (blockIdx.x * NT + n) * 8 + g;
+                const int j = (bx * NT + n) * 8 + g;
                 rok[n][h] = j < p.I;
                 r = h ? p.I + j : j;
             } else {
-                r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                r = (bx * NT + n) * 16 + g + 8 * h;
                 rok[n][h] = r < p.H;
             }
             row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
@@ -484,7 +534,9 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             const int u = c * 4 + tig;
             const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(u) * V);
 #pragma unroll
-            for (int i = 0; i < NX; ++i) x[i] = (xrow != nullptr && u < nunits) ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < NX; ++i)  // act written in this launch (FU): coherent loads
+                x[i] = (xrow != nullptr && u < nunits) ? (FU && PH == 1 ? __ldcg(src + i) : __ldg(src + i))
+                                                       : make_uint4(0, 0, 0, 0);
         };
         // Weight loads need no predicate: rows past the matrix read row 0 (clamped above) and
         // their sums are dropped; units past the row (a partial last chunk, or a refill past the
@@ -517,9 +569,13 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             }
         };
         auto stage_scale = [&](const float (&sc)[NT][2], int n, int h) { return sc[share_n ? 0 : n][share_h ? 0 : h]; };
-        // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read
-        auto wait_phase0 = [] {
-            if constexpr (PH == 1 && Shape::Pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+        // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read;
+        // fused: gate_up of this expert done, out cleared
+        auto wait_phase0 = [&] {
+            if constexpr (PH == 1 && FU)
+                wait_gate_up(p, dx, done, cleared);
+            else if constexpr (PH == 1 && Shape::Pdl)
+                asm volatile("griddepcontrol.wait;" ::: "memory");
         };
         if constexpr (XR) wait_phase0();
 #pragma unroll
@@ -599,13 +655,13 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 if (PH == 0) {
-                    const int j = (blockIdx.x * NT + n) * 8 + g;
+                    const int j = (bx * NT + n) * 8 + g;
                     if (j >= p.I) continue;
                     store_activation<Dec>(p, pair, slot, j, acc[n][e], acc[n][2 + e]);
                 } else {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const int r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                        const int r = (bx * NT + n) * 16 + g + 8 * h;
                         if (r >= p.H) continue;
                         add_down_row<Dec>(p, pair, slot, r, acc[n][2 * h + e]);
                     }
@@ -625,14 +681,61 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
         for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
             p.out[i] = 0.f;
     }
-    const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
+    const int nexp = decode_experts(p, s_ids, s_first, s_dexp, s_meta, PH == 0 && blockIdx.x == 0 && blockIdx.y == 0);
     if (PH == 0 && RegisterShapeOf<Dec>::Pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
         if (tile.count == 0) continue;
-        decode_expert<Dec, PH, NT, Legacy>(p, tile, red);
+        decode_expert<Dec, PH, NT, Legacy>(p, tile, red, blockIdx.x);
         __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
+}
+
+// The decode step in one launch (FTW_CUDA_FUSED=1, decoders with a RegisterShape; see fused_launch):
+// experts_decode's blocks of both phases in one grid, nx0 x ny of phase 0 then nx1 x ny of
+// phase 1, each block's role taken from a ticket (an atomic counter) rather than its index, so
+// that every phase 0 role is taken, by a block that runs, before any phase 1 role is: a phase 1
+// block waits (in decode_expert, after putting its first weights in flight) only for phase 0
+// blocks that run and wait on nothing, whatever the order the GPU starts blocks in
+// (deadlock-free). A phase 0 block clears its slice of out first, and releases each expert's
+// act rows once stored; a phase 1 block waits for the nx0 releases of its expert and for all
+// n0 slices. The last block to finish resets the counters (finish_fused).
+template <class Dec, int NT>
+__global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<Dec>::MaxRegs)
+    experts_decode_fused(const KernelParams p, const int nx0, const int nx1, const int ny) {
+    __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_dexp[kDecodeMaxPairs], s_pairs[8], s_meta[2];
+    __shared__ int s_ticket;
+    __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
+    if (threadIdx.x == 0) s_ticket = atomicAdd(p.sync + kSyncTicket, 1);
+    __syncthreads();
+    const int ticket = s_ticket, n0 = nx0 * ny;
+    const bool gate_up = ticket < n0;
+    const int role = gate_up ? ticket : ticket - n0, nx = gate_up ? nx0 : nx1;
+    const int bx = role % nx, by = role / nx;
+    if (gate_up) {  // slice `ticket` of out, cleared before any phase 1 block adds into it
+        const int64_t n = int64_t(p.T) * p.H, per = (n + n0 - 1) / n0;
+        const int64_t end = min(n, (ticket + 1) * per);
+        for (int64_t i = ticket * per + threadIdx.x; i < end; i += blockDim.x) p.out[i] = 0.f;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(p.sync + kSyncCleared, 1);
+        }
+    }
+    const int nexp = decode_experts(p, s_ids, s_first, s_dexp, s_meta, ticket == 0);
+    for (int dx = by; dx < nexp; dx += ny) {  // block-uniform
+        const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
+        if (tile.count > 0) {
+            if (gate_up)
+                decode_expert<Dec, 0, NT, false, true>(p, tile, red, bx);
+            else
+                decode_expert<Dec, 1, NT, false, true>(p, tile, red, bx, dx, nx0, n0);
+        }
+        __syncthreads();  // s_pairs and red are rewritten for the next expert; act rows stored
+        if (gate_up && threadIdx.x == 0) release_gate_up(p, dx);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) finish_fused(p, nexp, gridDim.x);
 }
 
 // ---- staged decode (decoders with kStaged) ---------------------------------------------------
@@ -788,6 +891,9 @@ constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16
 // scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
 constexpr int kOptDecode = 1;
 constexpr int kStagedOptAll = kOptDecode;
+// The fused kernel only (kFused): launch bounds of 4 blocks of 4 warps per SM (128 registers per
+// lane) instead of 5 (102); FTW_CUDA_FUSED=wide (benchmarks time both in one run).
+constexpr int kOptWide = 2;
 
 template <class Dec>
 struct HasDecodeV0 {
@@ -813,25 +919,59 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
     atomicAdd(p.out + int64_t(pair / p.K) * p.H + r, p.topk_weights[pair] * (acc * Dec::post(p, 1, slot, r)));
 }
 
+// The fused decode (PH = kFused: both phases in one launch). Work: every gate_up item, then
+// every down item, in one static order; block b serves gate_up items b, b + G, ... (G blocks, its
+// KS warps splitting an item's chunks as in phase 0), then each of its warps serves down items
+// b + ks G, b + ks G + G KS, ... alone (whole items: no K split, no reduction), so a block's
+// gate_up items all come before any of its down items, and early experts' down items run while
+// later experts' gate_up items do. A down item of distinct expert dx waits (lane 0: acquire loads)
+// until all nbands[0] gate_up items of dx have stored their act rows (sync[kSyncExpert + dx],
+// added to with release by each gate_up item) and every block has cleared its share of out
+// (sync[kSyncCleared] == G); its first S chunks of weights are in flight meanwhile.
+// Deadlock-free: a gate_up item waits on nothing, and every block finishes its gate_up items
+// before any of its down items, so a waiting down item waits only on blocks that run or will
+// run; the launch makes G at most the blocks that fit on the GPU at once (occupancy), so none is
+// kept from running by this grid's waiting blocks. A wait gives up after kSyncSpins polls (the
+// counters were not zero at launch: a workspace not zero-filled when allocated) and flags it in
+// the error word (kSyncBroken). The last block to finish zeroes the counters for the next launch
+// (the step is replayed in a CUDA graph); the finish counter wraps to zero itself (atomicInc).
+// Not a default: slower than two launches where measured (fused_launch).
+constexpr int kFused = 2;
+
+// The staged kernel's work per phase (index PH; the fused kernel uses both): 16-row bands per
+// expert, chunks per warp and item; phase 1 items split into nparts parts (two-launch only).
+struct StagedItems {
+    int nbands[2], cpw[2], nparts;
+};
+
 template <class Dec, int PH, int S, int OPT>
-__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
-    experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) ? 4 : 5)
+    experts_decode_staged(const KernelParams p, const StagedItems work) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr bool CS = HasChunkScale<Dec>::value;
     constexpr bool BS = ByteStream<Dec>::value;
+    constexpr bool FU = PH == kFused;
     static_assert(!(BS && CS), "byte-stream rows carry their scales in the stream");
+    static_assert(!(BS && FU), "the fused decode serves decoders of 16-byte units");
     constexpr int SU = StageShape<Dec>::kUnits, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
     using Side = typename SideOf<Dec>::type;
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
 
-    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+    if (PH == 0 || FU) {  // phase 1 adds into out: clear it here, before any block leaves
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
-    const int nexp = staged_route<PH>(p, rt);
+    if constexpr (FU) {  // this block's share of out is clear (the down items wait for all shares)
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(p.sync + kSyncCleared, 1);
+        }
+    }
+    const int nexp = staged_route<FU ? 0 : PH>(p, rt);
     // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
     // start once every phase 0 block has passed this point, route, and put their first S chunks
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
@@ -842,19 +982,30 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     const uint4* ring = s_dyn + ks * S * SU;
     const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
     float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4][32]
-    const int in = PH == 0 ? p.H : p.I;
-    const int nunits = in / V;
-    const int nchunks = (nunits + 7) >> 3;
-    const int64_t wrow = Dec::weight_row_bytes(p, PH);
-    const int items = nexp * nbands * nparts;
-    const int nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
-    const int cpad = (cpw + S - 1) / S * S;  // chunks per item in the ring: cpw, padded to whole rounds
+    // Per phase (ph: PH, or the item's phase in the fused kernel): input units and chunks of a
+    // row, the row's bytes, chunks per warp and item, and those padded to whole rounds of S.
+    auto nunits_of = [&](int ph) { return (ph == 0 ? p.H : p.I) / V; };
+    auto nchunks_of = [&](int ph) { return (nunits_of(ph) + 7) >> 3; };
+    auto cpw_of = [&](int ph) { return ph == 0 ? work.cpw[0] : work.cpw[1]; };
+    auto cpad_of = [&](int ph) { return (cpw_of(ph) + S - 1) / S * S; };
+    auto nbands_of = [&](int ph) { return ph == 0 ? work.nbands[0] : work.nbands[1]; };
+    const int nparts = work.nparts;
+    // This warp's items: two-launch, the block's items blockIdx.x + li G; fused, m0 gate_up items
+    // of the block, then its own down items (see kFused).
+    const int G = int(gridDim.x);
+    const int n0 = nexp * nbands_of(FU ? 0 : PH) * (FU ? 1 : (PH == 1 ? nparts : 1));
+    const int m0 = int(blockIdx.x) < n0 ? (n0 - 1 - int(blockIdx.x)) / G + 1 : 0;
+    int nmine = m0;
+    if constexpr (FU) {
+        const int n1 = nexp * nbands_of(1), w = int(blockIdx.x) + ks * G;
+        nmine += w < n1 ? (n1 - 1 - w) / (G * KS) + 1 : 0;
+    }
 
     // Row t (0..15) of band's tile: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
     // (so a lane's rows g and g + 8 are gate j and up j), phase 1 rows 16 band + t.
-    auto tile_row = [&](int band, int t, bool& ok) {
+    auto tile_row = [&](int ph, int band, int t, bool& ok) {
         int r;
-        if (PH == 0) {
+        if (ph == 0) {
             const int j = band * 8 + (t & 7);
             ok = j < p.I;
             r = t < 8 ? j : p.I + j;
@@ -864,25 +1015,34 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
         }
         return ok ? r : 0;
     };
-    // Item li of this block: distinct expert dx, band, and part (phase 1: parts of KS * cpw chunks;
-    // this warp's first chunk of the item is returned in c0).
-    auto item_of = [&](int li, int& band, int& c0) {
-        int item = int(blockIdx.x) + li * int(gridDim.x), part = 0;
-        if (PH == 1 && nparts > 1) {
-            const int q = item / nparts;
-            part = item - q * nparts;
-            item = q;
+    // Item li of this warp: its phase, distinct expert dx (returned), band, and part (phase 1 of
+    // two launches: parts of KS * cpw chunks); this warp's first chunk of the item in c0.
+    auto item_of = [&](int li, int& ph, int& band, int& c0) {
+        int item, part = 0;
+        if (FU && li >= m0) {
+            ph = 1;
+            item = int(blockIdx.x) + ks * G + (li - m0) * G * KS;
+            c0 = 0;
+        } else {
+            ph = FU ? 0 : PH;
+            item = int(blockIdx.x) + li * G;
+            if (PH == 1 && nparts > 1) {
+                const int q = item / nparts;
+                part = item - q * nparts;
+                item = q;
+            }
+            c0 = (part * KS + ks) * cpw_of(ph);
         }
-        const int dx = item / nbands;
-        band = item - dx * nbands;
-        c0 = (part * KS + ks) * cpw;
+        const int nb = nbands_of(ph);
+        const int dx = item / nb;
+        band = item - dx * nb;
         return dx;
     };
 
     // Producer: the chunk S ahead of the consumer, (pli, pi). It copies rows (lane >> 3) + 4k,
     // units 8c + (lane & 7); it loads the sides (and chunk scales) of the units this lane will
     // decode: rows g, g + 8, units 8c + tig + 4j.
-    int pli = 0, pi = 0, pslot = -1, pc0 = 0;
+    int pli = 0, pi = 0, pslot = -1, pc0 = 0, pph = FU ? 0 : PH;
     const uint8_t* pw[4];
     bool pwok[4];
     typename Dec::Row prow[2];
@@ -892,26 +1052,29 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     auto producer_item = [&]() {
         if (pli >= nmine) return;
         int band;
-        const int dx = item_of(pli, band, pc0);
+        const int dx = item_of(pli, pph, band, pc0);
         pslot = rt.slot[dx];
         if (pslot < 0) return;
-        const uint8_t* w = Dec::weights(p, PH, pslot);
+        const uint8_t* w = Dec::weights(p, pph, pslot);
+        const int64_t wrow = Dec::weight_row_bytes(p, pph);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow;
+        for (int k = 0; k < 4; ++k) pw[k] = w + tile_row(pph, band, (lane >> 3) + 4 * k, pwok[k]) * wrow;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             bool ok;
-            const int r = tile_row(band, g + 8 * h, ok);
-            prow[h] = Dec::row(p, PH, pslot, r);
-            if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
+            const int r = tile_row(pph, band, g + 8 * h, ok);
+            prow[h] = Dec::row(p, pph, pslot, r);
+            if constexpr (CS) pcrow[h] = Dec::chunk_row(p, pph, pslot, r);
         }
     };
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
         const int c = pc0 + pi;
-        if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
+        const int nunits = nunits_of(pph);
+        if (pli < nmine && pslot >= 0 && pi < cpw_of(pph) && c < nchunks_of(pph)) {
             if constexpr (BS) {
                 // row t's chunk: the aligned 16-byte pieces from the one holding its first byte
                 // up to the one holding its last (the row's last, for a partial last chunk)
+                const int64_t wrow = Dec::weight_row_bytes(p, pph);
                 const int64_t cb = int64_t(c) * Dec::kChunkBytes, ce = min(cb + Dec::kChunkBytes, wrow);
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
@@ -946,12 +1109,12 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                     if constexpr (!BS) side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
                     // every lane needs its rows' chunk scales, whether or not it holds a unit
                     if constexpr (CS)
-                        cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
+                        cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, pph, pcrow[h], 2 * c + j) : 0.f;
                 }
             }
         }
         cp_async_commit();  // an empty group for a padding chunk: the group count stays one per stage
-        if (++pi == cpad) pi = 0, ++pli, producer_item();
+        if (++pi == cpad_of(pph)) pi = 0, ++pli, producer_item();
     };
     producer_item();
 #pragma unroll
@@ -959,24 +1122,27 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
 
     for (int li = 0; li < nmine; ++li) {
-        int band, c0;
-        const int dx = item_of(li, band, c0);
-        const bool first_part = c0 < KS * cpw;  // phase 1: the part that adds the bias
+        int ph, band, c0;
+        const int dx = item_of(li, ph, band, c0);
+        const int nunits = nunits_of(ph), nchunks = nchunks_of(ph), cpw = cpw_of(ph), cpad = cpad_of(ph);
+        const bool first_part = FU || c0 < KS * cpw;  // phase 1: the part that adds the bias
         const int slot = rt.slot[dx];
         const int count = slot >= 0 ? rt.count[dx] : 0;
+        if (FU && ph == 1 && count > 0) wait_gate_up(p, dx, nbands_of(0), G);  // act rows stored, out cleared
         const __nv_bfloat16* xrow = nullptr;
         if (g < count) {
             const int pair = rt.pairs[dx][g];
-            xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+            xrow = ph == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
         uint32_t rlow[2] = {0u, 0u};  // byte streams: global address mod 16 of rows g, g + 8
         if constexpr (BS) {
             if (count > 0) {
-                const uint8_t* w = Dec::weights(p, PH, slot);
+                const uint8_t* w = Dec::weights(p, ph, slot);
+                const int64_t wrow = Dec::weight_row_bytes(p, ph);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     bool ok;
-                    rlow[h] = uint32_t(reinterpret_cast<uintptr_t>(w + tile_row(band, g + 8 * h, ok) * wrow)) & 15u;
+                    rlow[h] = uint32_t(reinterpret_cast<uintptr_t>(w + tile_row(ph, band, g + 8 * h, ok) * wrow)) & 15u;
                 }
             }
         }
@@ -997,8 +1163,10 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                         const int uj = c * 8 + tig + 4 * j;
                         if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
                             const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
+                            // act written in this launch (fused): coherent loads (L2), not the
+                            // read-only path
 #pragma unroll
-                            for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
+                            for (int k = 0; k < NX; ++k) xv[k] = FU && ph == 1 ? __ldcg(src + k) : __ldg(src + k);
                         } else if constexpr (BS) {  // x dead after permute: registers for the decode
 #pragma unroll
                             for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -1050,25 +1218,29 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
             }
         }
 
-        // The item's K-split reduction into warp 0, then its epilogue (the others run on).
-        if (KS > 1) {
+        // The item's K-split reduction into warp 0, then its epilogue (the others run on). The
+        // fused kernel's down items are a warp's own: no reduction, the warp's own epilogue.
+        const bool split = KS > 1 && !(FU && ph == 1);  // block-uniform
+        if (split) {
             __syncthreads();  // warp 0 is done with the previous item's partials
             if (ks > 0)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) red[((ks - 1) * 4 + i) * 32 + lane] = acc[i];
             __syncthreads();
         }
-        if (ks == 0 && count > 0) {
-            for (int k = 0; k < KS - 1; ++k)
+        const bool owner = ks == 0 || (FU && ph == 1);
+        if (owner && count > 0) {
+            if (split)
+                for (int k = 0; k < KS - 1; ++k)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[i] += red[(k * 4 + i) * 32 + lane];
+                    for (int i = 0; i < 4; ++i) acc[i] += red[(k * 4 + i) * 32 + lane];
             // Accumulator i: row g + 8*(i/2) of the tile, pair slot 2*tig + (i&1).
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int q = 2 * tig + e;
                 if (q >= count) continue;
                 const int pair = rt.pairs[dx][q];
-                if (PH == 0) {
+                if (ph == 0) {
                     const int j = band * 8 + g;
                     if (j < p.I) store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
                 } else {
@@ -1084,8 +1256,16 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 }
             }
         }
+        if (FU && ph == 0 && ks == 0) {  // this gate_up item's act rows are stored: release them
+            __syncwarp();
+            if (lane == 0) release_gate_up(p, dx);
+        }
     }
     cp_async_wait<0>();
+    if constexpr (FU) {  // the last block to finish zeroes the counters for the next launch
+        __syncthreads();
+        if (threadIdx.x == 0) finish_fused(p, nexp, gridDim.x);
+    }
 }
 
 // Prefill: a block serves one routed tile (up to 16 * MT pairs of one expert, from the routing
@@ -1413,16 +1593,70 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
+    StagedItems work{};
+    work.nbands[PH] = nbands, work.cpw[PH] = sh.cpw, work.nparts = nparts;
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units), stream,
-                  PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
+                  PH == 1 && programmatic_launch(), p, work);  // overlaps phase 0's tail
+}
+
+// The fused decode's launch (both phases, kFused): KS warps per block by phase 0's rule (its
+// items split between the block's warps as there; a down item is one warp's, all its chunks),
+// and as many blocks as fit on the GPU at once, up to one per gate_up item or per KS down items:
+// never more than fit (the waits' deadlock-freedom rests on it, see kFused).
+template <class Dec, int S, int OPT>
+void launch_fused_opt(const KernelParams& p, cudaStream_t stream) {
+    const auto kernel = experts_decode_staged<Dec, kFused, S, OPT>;
+    constexpr int units = StageShape<Dec>::kUnits;
+    static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units));
+    (void)allowed;
+    StagedItems work{};
+    work.nbands[0] = (p.I + 7) / 8, work.nbands[1] = (p.H + 15) / 16, work.nparts = 1;
+    const int nchunks0 = (p.H / Dec::VEC + 7) / 8, nchunks1 = (p.I / Dec::VEC + 7) / 8;
+    const int experts = std::min(p.T * p.K, p.num_experts);  // distinct experts at most
+    const StagedShape sh = staged_shape(kernel, S, units, nchunks0, work.nbands[0] * std::min(p.K, p.num_experts),
+                                        work.nbands[0] * experts, fit);
+    work.cpw[0] = sh.cpw, work.cpw[1] = nchunks1;
+    const int cap = device_sms() * std::max(fit[sh.ks], 1);
+    const int down_blocks = (work.nbands[1] * experts + sh.ks - 1) / sh.ks;
+    int grid = std::min(cap, std::max(work.nbands[0] * experts, down_blocks));
+    // FTW_CUDA_FUSED_GRID=n: fewer blocks (tests: many items per block and warp; benchmarks)
+    if (const char* v = std::getenv("FTW_CUDA_FUSED_GRID"); v != nullptr && std::atoi(v) >= 1)
+        grid = std::min(grid, std::atoi(v));
+    launch_kernel(kernel, dim3(grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units), stream, false, p, work);
+}
+
+// Whether a decode step runs in one launch (experts_decode_fused, or experts_decode_staged with
+// kFused) or two (phase 1 a programmatic dependent of phase 0, the default): FTW_CUDA_FUSED=1
+// (or =wide: kOptWide for the staged kernel) for one. The fused step measured slower than two
+// launches for every format at both sizes (H200: 1.1x-1.5x the time; docs/BENCHMARKS.md,
+// "Decode step in one launch"), so it is no format's default; it stays for benchmarks and work
+// on it (the tests run it).
+inline bool fused_launch() {
+    const char* v = std::getenv("FTW_CUDA_FUSED");
+    return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "wide") == 0);
+}
+inline bool fused_wide() {
+    const char* v = std::getenv("FTW_CUDA_FUSED");
+    return v != nullptr && std::strcmp(v, "wide") == 0;
 }
 
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
+    constexpr bool fused = PH == kFused;
     if constexpr (HasDecodeV0<Dec>::value && !ByteStream<Dec>::value) {
-        if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+        if (staged_opt() == 0) {
+            if constexpr (fused) return launch_fused_opt<Dec, S, 0>(p, stream);
+            else return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+        }
     }
-    launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
+    if constexpr (fused) {
+        if (fused_wide()) return launch_fused_opt<Dec, S, kStagedOptAll | kOptWide>(p, stream);
+        launch_fused_opt<Dec, S, kStagedOptAll>(p, stream);
+    } else {
+        launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
+    }
 }
 
 // The decode kernel of a phase: the decoder's default (kStaged), or FTW_CUDA_DECODE=classic /
@@ -1461,6 +1695,18 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
     launch_kernel(experts_decode<C, PH, NT, Legacy>, dim3(nx, ny), dim3(32 * ks), 0, stream, programmatic, p);
+}
+
+// experts_decode_fused's launch: experts_decode's blocks of both phases, k_split warps per block
+// by phase 0's rule.
+template <class C>
+void launch_register_fed_fused(const KernelParams& p, cudaStream_t stream) {
+    constexpr int NT = RegisterShapeOf<C>::NT;
+    const int ny = std::min(p.T * p.K, 8);
+    const int nx0 = (p.I + NT * 8 - 1) / (NT * 8), nx1 = (p.H + NT * 16 - 1) / (NT * 16);
+    const int ks = k_split(p.H, C::VEC, nx0 * ny, device_sms());
+    launch_kernel(experts_decode_fused<C, NT>, dim3((nx0 + nx1) * ny), dim3(32 * ks), 0, stream, false, p, nx0, nx1,
+                  ny);
 }
 
 // Both phases of a decode step with experts_decode.
@@ -1518,10 +1764,29 @@ void launch_phase(const KernelParams& p, cudaStream_t stream) {
     check_launch(PH == 0 ? "gate_up kernel" : "down kernel");
 }
 
-// A layer-step: two launches (decode), or the routing kernel and two launches (prefill).
+// A layer-step: two launches (decode; one with FTW_CUDA_FUSED=1: fused_launch), or the routing
+// kernel and two launches (prefill).
 // DecDown: down's decoder where it differs from gate_up's.
 template <class Dec, class DecDown = Dec>
 void launch_experts(const KernelParams& p, cudaStream_t stream) {
+    // A decode step with one decoder in one launch where asked (fused_launch), in the staged
+    // kernel (decoders of 16-byte units) or the register-fed one (decoders with a RegisterShape).
+    if constexpr (std::is_same_v<Dec, DecDown>) {
+        if (decode_step(p) && fused_launch()) {
+            using C = typename ClassicOf<Dec>::type;
+            if (staged_decode<Dec>()) {
+                if constexpr (Staged<Dec>::available && !ByteStream<Dec>::value) {
+                    launch_staged<Dec, kFused, 4>(p, stream);
+                    check_launch("fused decode kernel");
+                    return;
+                }
+            } else if constexpr (!RegisterShapeOf<C>::Legacy) {
+                launch_register_fed_fused<C>(p, stream);
+                check_launch("fused decode kernel");
+                return;
+            }
+        }
+    }
     begin_step(p, stream);
     launch_phase<Dec, 0>(p, stream);
     launch_phase<DecDown, 1>(p, stream);

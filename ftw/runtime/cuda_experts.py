@@ -130,13 +130,14 @@ _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 def workspace(T: int, K: int, I: int, E: int, device: torch.device) -> torch.Tensor:  # noqa: E741
     """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks), one per
     device: calls on one stream may share it; callers running layers on several streams at once,
-    or capturing CUDA graphs, pass their own `ws` and keep it alive."""
+    or capturing CUDA graphs, pass their own `ws` and keep it alive. Zero-filled when allocated:
+    the fused decode's counters start at zero, and every launch leaves them so."""
     need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E))
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, 0)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < need:
-        ws = torch.empty(need, dtype=torch.uint8, device=device)
+        ws = torch.zeros(need, dtype=torch.uint8, device=device)
         _workspaces[key] = ws
     return ws
 
@@ -233,6 +234,7 @@ def experts_forward(
     check=True validates the routing on the host first (one synchronisation) and refuses a bad
     or non-resident expert with FormatError; check=False enqueues only (for CUDA graphs: pass
     `out` and `ws` that outlive the graph), and read_error(ws) reports a bad pair afterwards.
+    A `ws` of one's own must be zero-filled when allocated (torch.zeros; see workspace()).
     """
     fmt = view.format
     where = f"cuda experts, layer format {fmt.key()}: "
@@ -288,8 +290,14 @@ def experts_forward(
 
 
 def read_error(ws: torch.Tensor) -> int | None:
-    """After the stream ran: the first (t * K + k) pair the kernels skipped as not resident, or None."""
+    """After the stream ran: the first (t * K + k) pair the kernels skipped as not resident, or None.
+
+    Raises FormatError where a fused decode step found the workspace's counters not zero."""
     v = int(ws[:4].view(torch.int32)[0])
+    if v == -1:
+        raise FormatError("cuda experts: the fused decode's counters in the workspace were not zero at launch "
+                          "(results are wrong): allocate the workspace zero-filled (torch.zeros) and use it "
+                          "only for experts_forward")
     return None if v == 0 else v - 1
 
 
