@@ -89,6 +89,9 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
+# mxfp4, ds_fp4: decode steps on the e4m3 tensor cores by default ("fp8 units", experts_kernels.cuh);
+# fp4-bf16 decodes them to bf16 for mma m16n8k16 as before, fp8-r128 the fp8 kernel at 128 registers
+VARIANTS.update({"fp4-bf16": {"FTW_CUDA_FP4_MMA": "bf16"}, "fp8-r128": {"FTW_CUDA_FP8_REGS": "128"}})
 
 
 def cdiv(a, b):
@@ -275,7 +278,7 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     xs = [torch.randn((T, H), dtype=torch.bfloat16, device=dev) for _ in range(nsteps)]
     wts = torch.rand((T, K), device=dev)
     out = torch.empty((T, H), dtype=torch.float32, device=dev)
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device=dev)
     steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
              for s in range(nsteps)]
     t = graph_time(steps, replays)
@@ -337,7 +340,7 @@ def bench_prefill(view, H, I, E, dev, T=2048) -> dict:  # noqa: E741
     x = torch.randn((T, H), dtype=torch.bfloat16, device=dev)
     wts = torch.rand((T, K), device=dev)
     out = torch.empty((T, H), dtype=torch.float32, device=dev)
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device=dev)
     t = eager_time(lambda: ce.experts_forward(view, x, ids, wts, "silu", out=out, ws=ws, check=False), 5)
     flops = 2.0 * T * K * 3 * H * I
     return {"T": T, "ms": t * 1e3, "TFLOPs": flops / t / 1e12}

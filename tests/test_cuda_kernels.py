@@ -205,6 +205,63 @@ def test_decode_of_tokens_far_apart_in_magnitude(name):
         assert np.linalg.norm(out[t] - ref[t]) / np.linalg.norm(ref[t]) < tol(name), t
 
 
+FP8_UNITS = ["mxfp4", "ds_fp4"]  # decode steps on the e4m3 tensor cores (experts_kernels.cuh, "fp8 units")
+
+
+@pytest.mark.parametrize("name", FP8_UNITS)
+@pytest.mark.parametrize("T", [1, 2, 5, 8])
+def test_fp8_units_and_their_bf16_decode_both_within_tolerance(name, T, monkeypatch):
+    """mxfp4 / ds_fp4 decode steps through the e4m3 tensor cores (the default: x and act split
+    into e4m3 hi + lo) and through the bf16 decode (FTW_CUDA_FP4_MMA=bf16, and a workspace sized
+    without H): each within tolerance of the float64 reference, gpt-oss's clamped activation and
+    biases for mxfp4; the two paths do not give identical bits (the switch switches)."""
+    rng = np.random.default_rng([23, T, FP8_UNITS.index(name)])
+    H, I, E, K = 512, 224, 16, 8  # noqa: E741  I = 224: 7 units, a partial last chunk in down
+    opts, banks = make_banks(name, H, I, E, rng, spread=6.0)
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(T, K, E, rng, same=T == 8)
+    act = ACTS["swiglu_oai"] if name == "mxfp4" else ACTS["silu_limit"]
+    ref = Reference(name, opts, banks, H, I).forward(x64, ids, wts, act)
+    view = ce.identity_view(LayerFormat.of(name, opts), banks)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
+    out_fp8 = run(name, opts, banks, x, ids, wts, act, view=view, ws=ws)
+    assert rel_err(out_fp8, ref) < tol(name)
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", "bf16")
+    out_bf16 = run(name, opts, banks, x, ids, wts, act, view=view, ws=ws)
+    assert rel_err(out_bf16, ref) < tol(name)
+    assert not torch.equal(out_fp8, out_bf16)
+    monkeypatch.delenv("FTW_CUDA_FP4_MMA")
+    small = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device="cuda")
+    assert small.numel() < ws.numel()
+    assert rel_err(run(name, opts, banks, x, ids, wts, act, view=view, ws=small), ref) < tol(name)
+
+
+@pytest.mark.parametrize("name", FP8_UNITS)
+def test_fp8_units_keep_small_values_of_a_token(name):
+    """One token whose values span 2^-40 .. 2^8 (each 16-value run its own magnitude) and one of
+    zeros beside a normal one: the split x (one power of two per token) keeps the token's small
+    values to 2^-10 of its scale, far below bf16's rounding of its largest; the zero token gives
+    exactly zero (ds_fp4 has no biases)."""
+    rng = np.random.default_rng([29, FP8_UNITS.index(name)])
+    H, I, E, K, T = 512, 128, 8, 4, 3  # noqa: E741
+    opts, banks = make_banks(name, H, I, E, rng)
+    x32 = rng.standard_normal((T, H)).astype(np.float32)
+    x32[0] *= np.repeat(2.0 ** rng.integers(-40, 9, H // 16), 16).astype(np.float32)
+    x32[1] = 0.0
+    xt = torch.from_numpy(x32).to(torch.bfloat16)
+    x64 = xt.float().double().numpy()
+    ids, wts = routing(T, K, E, rng)
+    act = ACTS["swiglu_oai"] if name == "mxfp4" else ACTS["silu"]
+    out = run(name, opts, banks, xt.cuda(), ids, wts, act).double().cpu().numpy()
+    ref = Reference(name, opts, banks, H, I).forward(x64, ids, wts, act)
+    for t in (0, 2):
+        assert np.linalg.norm(out[t] - ref[t]) / np.linalg.norm(ref[t]) < tol(name), t
+    if name == "ds_fp4":
+        assert (out[1] == 0).all()
+    else:
+        assert np.linalg.norm(out[1] - ref[1]) / np.linalg.norm(ref[1]) < tol(name)
+
+
 @pytest.mark.parametrize("name", GPU_FORMATS)
 @pytest.mark.parametrize("act_name", list(ACTS))
 def test_activations_reach_their_clamps(name, act_name):
@@ -316,7 +373,7 @@ def test_decode_step_in_a_cuda_graph():
     ids = torch.zeros((T, K), dtype=torch.int32, device="cuda")
     wts = torch.zeros((T, K), dtype=torch.float32, device="cuda")
     out = torch.empty((T, H), dtype=torch.float32, device="cuda")
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device="cuda")
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
     ids.copy_(torch.from_numpy(routing(T, K, E, rng)[0]))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

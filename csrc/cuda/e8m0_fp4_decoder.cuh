@@ -33,6 +33,44 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };
 
+// The same units on the e4m3 tensor cores (experts_kernels.cuh, "fp8 units"): the staged kernel
+// reads word tig of each unit (8 values) and places them as e4m3 bytes, the unit's scale applied
+// to the mma's float32 sums as 2^(s - 127) (a float by a shift: s = 0 gives 0 where 2^-127 would be
+// a float subnormal, s = 255 inf), the 2^6 of the placement in fp8_split's factor per row. The
+// range is every scale byte 1..254 (the bf16 decode above: 63..190).
+struct E8m0Fp4Fp8Decoder : E8m0Fp4Decoder {
+    static constexpr bool kFp8Units = true;
+    // e2m1 pairs of a word (value 2i low nibble, 2i + 1 high nibble of byte i) -> e4m3 bytes of
+    // value * 2^-6: lo = values 0, 2, 4, 6 (k = 4 tig .. 4 tig + 3), hi = 1, 3, 5, 7 (k + 16)
+    __device__ static void e4m3_pair(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
+        hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+    }
+    // the scale bytes of units u0 .. u0 + 3 of a row (0 past its nunits units: zero-filled weights)
+    __device__ static Side side4(const Row& row, int u0, int nunits) {
+        const uint8_t* s = row.s + u0;
+        if (u0 + 4 <= nunits && (reinterpret_cast<uintptr_t>(s) & 3u) == 0)
+            return {__ldg(reinterpret_cast<const uint32_t*>(s))};
+        uint32_t v = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (u0 + k < nunits) v |= uint32_t(__ldg(s + k)) << (8 * k);
+        return {v};
+    }
+    // 2^(byte k of s - 127) as a float (k a constant after unrolling)
+    __device__ static float unit_scale(uint32_t s, int k) {
+        const uint32_t b = k == 0 ? s << 23 : k == 1 ? s << 15 : k == 2 ? s << 7 : s >> 1;
+        return __uint_as_float(b & 0x7F800000u);
+    }
+    __device__ static float post(const KernelParams&, int, int, int) { return 1.f; }
+};
+
+// A layer of either format: decode steps through the e4m3 tensor cores, prefill (and
+// FTW_CUDA_FP4_MMA=bf16) through the bf16 decode.
+inline void launch_e8m0_fp4(const KernelParams& p, cudaStream_t stream) {
+    launch_fp8_units<E8m0Fp4Fp8Decoder, E8m0Fp4Decoder>(p, stream);
+}
+
 // banks 0-3 of both formats: gate_up [2I, H/2] u8, down [H, I/2], gate_up_scale [2I, H/32] e8m0,
 // down_scale [H, I/32]
 inline int e8m0_fp4_needs(int H, int I, BankNeed* out) {

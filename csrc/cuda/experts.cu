@@ -1,6 +1,7 @@
 // Host side of the CUDA experts: the format table, the checks made before any launch, the
 // routing kernel that groups a step's pairs by expert, and the streaming-read kernel the bench
 // uses as its bandwidth ceiling.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,19 +25,86 @@ std::map<std::string, const CudaFormat*>& table() {
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-// Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16
+// Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16,
+// then, for a decode step (T <= 8, P <= 128) when H is given, the fp8 units' split x and act
+// (experts_kernels.cuh, "fp8 units"): xq [T, H] and actq [P, I] (2 bytes per value), xinv [T] and
+// actinv [P] f32. `base` is the size without them (callers that do not pass H: the fp8 units
+// decode to bf16 then).
 struct Layout {
-    int64_t pairs_off, tiles_off, act_off, total;
+    int64_t pairs_off, tiles_off, act_off, base;
+    int64_t xq_off, actq_off, xinv_off, actinv_off, total;
 };
 
-Layout layout(int T, int K, int I, int E) {
+Layout layout(int T, int K, int I, int E, int H) {
     const int64_t P = int64_t(T) * K;
     Layout l;
     l.pairs_off = 256;
     l.tiles_off = l.pairs_off + align256(P * 4);
     l.act_off = l.tiles_off + align256(int64_t(max_tiles(int(P), 16, E)) * 16);
-    l.total = l.act_off + align256(P * I * 2);
+    l.base = l.act_off + align256(P * I * 2);
+    l.xq_off = l.actq_off = l.xinv_off = l.actinv_off = -1;
+    l.total = l.base;
+    if (H > 0 && T <= 8 && P <= kDecodeMaxPairs) {
+        l.xq_off = l.base;
+        l.actq_off = l.xq_off + align256(int64_t(T) * H * 2);
+        l.xinv_off = l.actq_off + align256(P * I * 2);
+        l.actinv_off = l.xinv_off + align256(int64_t(T) * 4);
+        l.total = l.actinv_off + align256(P * 4);
+    }
     return l;
+}
+
+// fp8_split: one block per row. The row's largest |x| (bf16 bits), 2^k putting it in [2^7, 2^8),
+// then each thread's 8 values (one uint4 in, one out: value 8i + j is unit i / 4's value
+// 8 (i % 4) + j) as hi = e4m3(x 2^k), lo = e4m3(x 2^k - hi), evens then odds.
+constexpr int kSplitThreads = 256;
+
+__device__ __forceinline__ uint32_t e4m3_byte(float v) {
+    return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float e4m3_float(uint32_t b) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+__global__ void __launch_bounds__(kSplitThreads) fp8_split_kernel(const __nv_bfloat16* src, int n, uint4* dst,
+                                                                   float* inv) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before wrote src (act)
+    __shared__ uint32_t warp_max[kSplitThreads / 32];
+    const int m = n / 8;
+    const uint4* s = reinterpret_cast<const uint4*>(src + int64_t(blockIdx.x) * n);
+    uint4* d = dst + int64_t(blockIdx.x) * m;
+    uint32_t mx = 0;  // largest |x| as bf16 bits (magnitudes order as integers)
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint4 v = s[i];
+        for (uint32_t w : {v.x, v.y, v.z, v.w}) mx = max(mx, max(w & 0x7FFFu, (w >> 16) & 0x7FFFu));
+    }
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = 0;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = max(mx, warp_max[w]);
+    const int e = mx == 0 ? 0 : max(int(mx >> 7), 1) - 127;  // exponent of the largest (subnormals: -126)
+    const int k = mx == 0 ? 0 : min(max(7 - e, -126), 126);
+    const float scale = __uint_as_float(uint32_t(k + 127) << 23);
+    if (threadIdx.x == 0) inv[blockIdx.x] = __uint_as_float(uint32_t(6 - k + 127) << 23);  // 2^6 / 2^k
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint4 v = s[i];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t out[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float x = __uint_as_float(j & 1 ? w[j / 2] & 0xFFFF0000u : w[j / 2] << 16) * scale;
+            const uint32_t hi = e4m3_byte(x);
+            const uint32_t lo = e4m3_byte(x - e4m3_float(hi));
+            const int sh = 8 * (j / 2);  // evens into words 0 / 2, odds into 1 / 3
+            out[j & 1] |= hi << sh;
+            out[2 + (j & 1)] |= lo << sh;
+        }
+        d[i] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
 }
 
 std::string bank_where(const std::string& fmt, const BankNeed& n) {
@@ -183,6 +251,11 @@ void check_launch(const char* what) {
     if (e != cudaSuccess) throw CudaError(std::string("CUDA error launching the experts ") + what + ": " + cudaGetErrorString(e));
 }
 
+void launch_fp8_split(const __nv_bfloat16* src, int rows, int n, uint4* dst, float* inv, cudaStream_t stream,
+                      bool programmatic) {
+    launch_kernel(fp8_split_kernel, dim3(rows), dim3(kSplitThreads), 0, stream, programmatic, src, n, dst, inv);
+}
+
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
     const cudaError_t e = cudaMemsetAsync(p.out, 0, size_t(p.T) * p.H * sizeof(float), stream);
     if (e != cudaSuccess) throw CudaError(std::string("CUDA error clearing the experts output: ") + cudaGetErrorString(e));
@@ -190,7 +263,7 @@ void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
     check_launch("routing kernel");
 }
 
-int64_t workspace_bytes(int T, int K, int I, int num_experts) { return layout(T, K, I, num_experts).total; }
+int64_t workspace_bytes(int T, int K, int I, int num_experts, int H) { return layout(T, K, I, num_experts, H).total; }
 
 int decode_ksplit(int in, int vec, int blocks, int sms) { return k_split(in, vec, blocks, sms); }
 
@@ -234,10 +307,10 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     if ((p.T > 8 || pairs > kDecodeMaxPairs) && max_tiles(pairs, 64, view.num_experts) > 65535)
         throw ShapeError(where + "T * top_k = " + std::to_string(pairs) + " pairs is more than one launch covers "
                          "(about 4 million); split the step");
-    const Layout l = layout(p.T, p.K, p.I, view.num_experts);
-    if (p.workspace_bytes < l.total)
+    const Layout l = layout(p.T, p.K, p.I, view.num_experts, p.H);
+    if (p.workspace_bytes < l.base)
         throw ShapeError(where + "workspace of " + std::to_string(p.workspace_bytes) + " bytes, needs " +
-                         std::to_string(l.total));
+                         std::to_string(l.base));
 
     KernelParams kp{};
     for (int k = 0; k < kMaxBanks; ++k) {
@@ -258,6 +331,12 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     kp.sorted_pairs = reinterpret_cast<int32_t*>(ws + l.pairs_off);
     kp.tiles = reinterpret_cast<int4*>(ws + l.tiles_off);
     kp.act = reinterpret_cast<__nv_bfloat16*>(ws + l.act_off);
+    if (l.xq_off >= 0 && p.workspace_bytes >= l.total) {  // room for the fp8 units' split x and act
+        kp.xq = reinterpret_cast<uint4*>(ws + l.xq_off);
+        kp.actq = reinterpret_cast<uint4*>(ws + l.actq_off);
+        kp.xinv = reinterpret_cast<float*>(ws + l.xinv_off);
+        kp.actinv = reinterpret_cast<float*>(ws + l.actinv_off);
+    }
 
     if (act.kind != ActKind::Silu && act.kind != ActKind::SwigluOai)
         throw UnsupportedError(where + "unknown activation kind " + std::to_string(int(act.kind)));

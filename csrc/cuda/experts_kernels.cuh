@@ -57,6 +57,10 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
+    // fp8 decode of e2m1 formats (Fp8Units decoders): x [T, H] and act [T*K, I] split into e4m3
+    // hi + lo (fp8_split), and 2^6 / each row's scale; nullptr where the workspace has no room
+    uint4 *xq, *actq;
+    float *xinv, *actinv;
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -163,6 +167,27 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// m16n8k32 e4m3 x e4m3 -> f32 (sm_89+): d = a b + c. A: a0 row g / a1 row g + 8 at k 4 tig .. 4 tig
+// + 3, a2 / a3 the same rows at k + 16 (bytes low first); B: b0 column g at k 4 tig .. 4 tig + 3,
+// b1 at k + 16; D as mma_bf16's.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// Four 8x8 b16 matrices from shared memory: lanes 8m .. 8m + 7 give the addresses of matrix m's
+// rows (16 bytes each); lane (g, tig) receives word tig of row g of each matrix.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
 }
 
 __device__ __forceinline__ const uint8_t* bank_row(const KernelParams& p, int bank, int slot) {
@@ -756,6 +781,19 @@ struct ByteStream {
 
 // A stage: 16 rows of kPitch 16-byte units; kCopy of them per row are copied (8 units of 16
 // bytes, or a byte-stream chunk's covering pieces).
+// Decoders of 16-byte units of e2m1 with one E8M0 scale each (kFp8Units): the staged kernel
+// multiplies them on the e4m3 tensor cores (mma m16n8k32) against x split into e4m3 hi + lo
+// (fp8_split, before each phase), applying each unit's scale to the float32 partial sums; see
+// "fp8 units" below.
+template <class Dec>
+struct Fp8Units {
+    template <class D>
+    static constexpr bool test(decltype(D::kFp8Units)*) { return D::kFp8Units; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<Dec>(nullptr);
+};
+
 template <class Dec, bool B = ByteStream<Dec>::value>
 struct StageShape {
     static constexpr int kCopy = 8, kPitch = 8, kUnits = 16 * kPitch;
@@ -786,7 +824,10 @@ constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16
 // Measured on the H200 and dropped (docs/BENCHMARKS.md, "fp4 decode by multiplies"): two
 // accumulators per lane (two mma chains), the copies' sources as unsigned offsets, the units'
 // scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
+//   kOptRegs128  4 blocks per SM (128 registers) where the units' kernels take 5 (96): fp8 units
+//                under FTW_CUDA_FP8_REGS=128 (96 spills a few registers there)
 constexpr int kOptDecode = 1;
+constexpr int kOptRegs128 = 2;
 constexpr int kStagedOptAll = kOptDecode;
 
 template <class Dec>
@@ -814,14 +855,16 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 }
 
 template <class Dec, int PH, int S, int OPT>
-__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptRegs128) ? 4 : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr bool CS = HasChunkScale<Dec>::value;
     constexpr bool BS = ByteStream<Dec>::value;
+    constexpr bool F8 = Fp8Units<Dec>::value;
     static_assert(!(BS && CS), "byte-stream rows carry their scales in the stream");
+    static_assert(!F8 || (!BS && !CS && V == 32), "fp8 units: 16-byte units of 32 e2m1 values, one scale each");
     constexpr int SU = StageShape<Dec>::kUnits, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
     using Side = typename SideOf<Dec>::type;
     extern __shared__ uint4 s_dyn[];
@@ -835,7 +878,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
     // start once every phase 0 block has passed this point, route, and put their first S chunks
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
-    // out) just before their first chunk is consumed.
+    // out) just before their first chunk is consumed. Fp8 units: each phase is a programmatic
+    // dependent of its fp8_split (x, act), which waits for the kernel before it.
     if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -934,8 +978,10 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 for (int k = 0; k < 4; ++k) {
                     const int t = (lane >> 3) + 4 * k;
                     const bool ok = pwok[k] && u < nunits;
-                    cp_async16(ring_s + (d * SU + t * 8 + ((lane & 7) ^ ((t & 1) << 2))) * 16,
-                               pw[k] + (ok ? u : 0) * 16, ok ? 16 : 0);
+                    // swizzle: units by row parity (a lane reads whole units) or, fp8 units, by
+                    // row mod 8 (ldmatrix reads a unit of 8 rows at once)
+                    const int su = (lane & 7) ^ (F8 ? (t & 7) : ((t & 1) << 2));
+                    cp_async16(ring_s + (d * SU + t * 8 + su) * 16, pw[k] + (ok ? u : 0) * 16, ok ? 16 : 0);
                 }
             }
 #pragma unroll
@@ -943,7 +989,10 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 const int uj = c * 8 + tig + 4 * j;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if constexpr (!BS) side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
+                    if constexpr (F8)  // the scales of units 8c + 4j .. 8c + 4j + 3 (all the quad's)
+                        side[d][j][h] = Dec::side4(prow[h], c * 8 + 4 * j, nunits);
+                    else if constexpr (!BS)
+                        side[d][j][h] = uj < nunits ? Dec::side(prow[h], uj) : Side{};
                     // every lane needs its rows' chunk scales, whether or not it holds a unit
                     if constexpr (CS)
                         cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
@@ -956,7 +1005,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     producer_item();
 #pragma unroll
     for (int d = 0; d < S; ++d) produce(d);
-    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
+    if (PH == 1 || F8) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 (fp8_split) complete, writes visible
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -965,9 +1014,13 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
         const int slot = rt.slot[dx];
         const int count = slot >= 0 ? rt.count[dx] : 0;
         const __nv_bfloat16* xrow = nullptr;
+        const uint4* xq = nullptr;  // fp8 units: the pair's x (act) as e4m3 hi + lo, 4 uint4 per unit
         if (g < count) {
             const int pair = rt.pairs[dx][g];
-            xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+            if constexpr (F8)
+                xq = PH == 0 ? p.xq + int64_t(pair / p.K) * nunits * 4 : p.actq + int64_t(pair) * nunits * 4;
+            else
+                xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
         uint32_t rlow[2] = {0u, 0u};  // byte streams: global address mod 16 of rows g, g + 8
         if constexpr (BS) {
@@ -991,7 +1044,41 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 const int i = i0 + d, c = c0 + i;
                 cp_async_wait<S - 1>();  // this lane's copies of stage d have landed
                 __syncwarp();            // and every other lane's
-                if (count > 0 && i < cpw && c < nchunks) {  // warp-uniform
+                if (F8 && count > 0 && i < cpw && c < nchunks) {  // warp-uniform
+                    if constexpr (F8) {
+                        // fp8 units: the quad shares each unit (lane tig: its 4th word, 8 values), so
+                        // an mma's k = 32 is one unit of rows g and g + 8 and its E8M0 scale applies to
+                        // the mma's float32 sums. Per 4 units: 2 ldmatrix (4 units x 2 rows), the
+                        // e2m1 -> e4m3 bit placement (Dec::e4m3_pair), 2 mma per unit (x hi, x lo).
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            uint4 xf[4];
+#pragma unroll
+                            for (int v = 0; v < 4; ++v)  // a unit past the row reads the last one (finite x, zero weights)
+                                xf[v] = xq != nullptr ? __ldg(xq + int64_t(min(c * 8 + 4 * j + v, nunits - 1)) * 4 + tig)
+                                                      : make_uint4(0, 0, 0, 0);
+                            uint32_t wr[2][4];  // [m]: rows g, g + 8 of unit 4j + 2m, then of 4j + 2m + 1
+#pragma unroll
+                            for (int m = 0; m < 2; ++m) {
+                                const int t = (lane & 7) + 8 * ((lane >> 3) & 1), v = 4 * j + 2 * m + (lane >> 4);
+                                ldmatrix_x4(ring_s + (d * SU + t * 8 + (v ^ (lane & 7))) * 16, wr[m]);
+                            }
+#pragma unroll
+                            for (int v = 0; v < 4; ++v) {
+                                uint32_t g0, g1, h0, h1;
+                                Dec::e4m3_pair(wr[v >> 1][2 * (v & 1)], g0, g1);
+                                Dec::e4m3_pair(wr[v >> 1][2 * (v & 1) + 1], h0, h1);
+                                const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+                                float part[4];
+                                mma_e4m3(part, zero, g0, h0, g1, h1, xf[v].x, xf[v].y);
+                                mma_e4m3(part, part, g0, h0, g1, h1, xf[v].z, xf[v].w);
+                                const float s0 = Dec::unit_scale(side[d][j][0].s, v), s1 = Dec::unit_scale(side[d][j][1].s, v);
+                                acc[0] = fmaf(part[0], s0, acc[0]), acc[1] = fmaf(part[1], s0, acc[1]);
+                                acc[2] = fmaf(part[2], s1, acc[2]), acc[3] = fmaf(part[3], s1, acc[3]);
+                            }
+                        }
+                    }
+                } else if (count > 0 && i < cpw && c < nchunks) {  // warp-uniform
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int uj = c * 8 + tig + 4 * j;
@@ -1068,6 +1155,10 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 const int q = 2 * tig + e;
                 if (q >= count) continue;
                 const int pair = rt.pairs[dx][q];
+                if constexpr (F8) {  // 2^6 / the pair's x (act) scale
+                    const float inv = PH == 0 ? p.xinv[pair / p.K] : p.actinv[pair];
+                    acc[e] *= inv, acc[2 + e] *= inv;
+                }
                 if (PH == 0) {
                     const int j = band * 8 + g;
                     if (j < p.I) store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
@@ -1414,12 +1505,18 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         }
     }
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units), stream,
-                  PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
+                  (PH == 1 || Fp8Units<Dec>::value) && programmatic_launch(), p, nbands, sh.cpw,
+                  nparts);  // overlaps the tail of the kernel before (phase 0, or fp8_split)
 }
 
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
-    if constexpr (HasDecodeV0<Dec>::value && !ByteStream<Dec>::value) {
+    if constexpr (Fp8Units<Dec>::value) {
+        const char* v = std::getenv("FTW_CUDA_FP8_REGS");
+        if (v != nullptr && std::strcmp(v, "128") == 0)
+            return launch_staged_opt<Dec, PH, S, kStagedOptAll | kOptRegs128>(p, stream);
+    }
+    if constexpr (HasDecodeV0<Dec>::value && !ByteStream<Dec>::value && !Fp8Units<Dec>::value) {
         if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
     }
     launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
@@ -1525,6 +1622,51 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
     begin_step(p, stream);
     launch_phase<Dec, 0>(p, stream);
     launch_phase<DecDown, 1>(p, stream);
+}
+
+// ---- fp8 units ---------------------------------------------------------------------------------
+//
+// The e2m1 formats with one E8M0 scale per 16-byte unit (mxfp4, ds_fp4) decode on the e4m3
+// tensor cores: every e2m1 value is exact in e4m3 (bits s e1 e0 m placed as s 0 0 e1 e0 m 0 0:
+// the value times 2^-6, normal and subnormal alike), an mma m16n8k32 takes one unit of each of
+// its 16 rows (k = 32: the quad's 4 lanes, 4 bytes each), and the unit's scale 2^(s - 127)
+// multiplies the mma's float32 sums. x (phase 0) and act (phase 1) enter as two e4m3 terms,
+// hi = e4m3(x 2^k) and lo = e4m3(x 2^k - hi), with one power of two 2^k per row (token, pair)
+// that puts the row's largest |x| in [2^7, 2^8): hi + lo holds every bf16 value within 2^-9 of
+// the row's largest exactly (lo's 4 bits are the rest of bf16's 8), smaller ones to 2^-10 of
+// 2^k absolute, far below bf16's rounding of the largest (2^-9 relative); k is clamped to
+// [-126, 126], so only rows whose largest |x| is under 2^-119 lose more. fp8_split writes them
+// once per phase (experts.cu), in the order a lane loads its B fragments: per unit and lane tig
+// one uint4 {hi of values 8 tig + 0, 2, 4, 6; hi of 8 tig + 1, 3, 5, 7; lo of the same, the same},
+// and 2^6 / 2^k per row, which the epilogue applies to the row's sums.
+// FTW_CUDA_FP4_MMA=bf16 decodes these formats to bf16 for mma m16n8k16 as before (benchmarks).
+
+// Rows of src [rows, n] bf16 (n a multiple of 32) into dst [rows, n / 8] uint4 and inv [rows]
+// (experts.cu). programmatic: launched as a programmatic dependent of the kernel before it, which
+// it waits for before reading src (its dependent may start at once).
+void launch_fp8_split(const __nv_bfloat16* src, int rows, int n, uint4* dst, float* inv, cudaStream_t stream,
+                      bool programmatic);
+
+inline bool fp4_mma_bf16() {
+    const char* v = std::getenv("FTW_CUDA_FP4_MMA");
+    return v != nullptr && std::strcmp(v, "bf16") == 0;
+}
+
+// A decode step through Fp8Dec (fp8_split, phase 0, fp8_split of act, phase 1, each a programmatic
+// dependent of the one before), or launch_experts<Dec> for prefill, under FTW_CUDA_FP4_MMA=bf16
+// or FTW_CUDA_DECODE=classic, and where the workspace has no room for the split x (p.xq null).
+template <class Fp8Dec, class Dec>
+void launch_fp8_units(const KernelParams& p, cudaStream_t stream) {
+    if (p.xq == nullptr || !decode_step(p) || fp4_mma_bf16() || !staged_decode<Fp8Dec>())
+        return launch_experts<Dec>(p, stream);
+    launch_fp8_split(p.x, p.T, p.H, p.xq, p.xinv, stream, false);
+    check_launch("fp8 split of x");
+    launch_staged<Fp8Dec, 0, 4>(p, stream);
+    check_launch("gate_up kernel");
+    launch_fp8_split(p.act, p.T * p.K, p.I, p.actq, p.actinv, stream, programmatic_launch());
+    check_launch("fp8 split of act");
+    launch_staged<Fp8Dec, 1, 4>(p, stream);
+    check_launch("down kernel");
 }
 
 // A format whose decoder is a template over its RegisterShape (DecT<Shape>): the first shape is

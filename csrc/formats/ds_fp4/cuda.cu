@@ -10,6 +10,6 @@ int needs(int H, int I, const KernelParams&, BankNeed* out) { return e8m0_fp4_ne
 
 }  // namespace
 
-FTW_CUDA_FORMAT(ds_fp4, E8m0Fp4Decoder, needs, -1, -1, false);
+FTW_CUDA_FORMAT_LAUNCH(ds_fp4, E8m0Fp4Decoder::VEC, &launch_e8m0_fp4, needs, -1, -1, false);
 
 }  // namespace ftw::cuda

@@ -15,6 +15,6 @@ int needs(int H, int I, const KernelParams& p, BankNeed* out) {
 
 }  // namespace
 
-FTW_CUDA_FORMAT(mxfp4, E8m0Fp4Decoder, needs, 4, 5, false);
+FTW_CUDA_FORMAT_LAUNCH(mxfp4, E8m0Fp4Decoder::VEC, &launch_e8m0_fp4, needs, 4, 5, false);
 
 }  // namespace ftw::cuda
