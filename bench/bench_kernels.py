@@ -89,9 +89,12 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
-# mxfp4, ds_fp4: decode steps on the e4m3 tensor cores by default ("fp8 units", experts_kernels.cuh);
-# fp4-bf16 decodes them to bf16 for mma m16n8k16 as before, fp8-r128 the fp8 kernel at 128 registers
-VARIANTS.update({"fp4-bf16": {"FTW_CUDA_FP4_MMA": "bf16"}, "fp8-r128": {"FTW_CUDA_FP8_REGS": "128"}})
+# mxfp4, ds_fp4 decode steps through their units' e4m3 bytes ("fp8 units", experts_kernels.cuh):
+# fp4-fp8 mma m16n8k32 e4m3 on x's hi + lo (fp4-fp8-r128: at 128 registers), fp4-f16 mma
+# m16n8k16 f16 on x as f16; the default decodes them to bf16 (FTW_CUDA_FP4_MMA=bf16)
+VARIANTS.update({"fp4-fp8": {"FTW_CUDA_FP4_MMA": "fp8"}, "fp4-f16": {"FTW_CUDA_FP4_MMA": "f16"},
+                 "fp4-fp8-r128": {"FTW_CUDA_FP4_MMA": "fp8", "FTW_CUDA_FP8_REGS": "128"},
+                 "fp4-bf16": {"FTW_CUDA_FP4_MMA": "bf16"}})
 
 
 def cdiv(a, b):

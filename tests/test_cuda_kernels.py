@@ -205,17 +205,20 @@ def test_decode_of_tokens_far_apart_in_magnitude(name):
         assert np.linalg.norm(out[t] - ref[t]) / np.linalg.norm(ref[t]) < tol(name), t
 
 
-FP8_UNITS = ["mxfp4", "ds_fp4"]  # decode steps on the e4m3 tensor cores (experts_kernels.cuh, "fp8 units")
+FP8_UNITS = ["mxfp4", "ds_fp4"]  # decode steps also through e4m3 bytes ("fp8 units", experts_kernels.cuh)
+FP4_MMA = ["fp8", "f16"]  # FTW_CUDA_FP4_MMA: mma m16n8k32 e4m3 on x's hi + lo, or m16n8k16 f16 (default bf16)
 
 
 @pytest.mark.parametrize("name", FP8_UNITS)
+@pytest.mark.parametrize("mma", FP4_MMA)
 @pytest.mark.parametrize("T", [1, 2, 5, 8])
-def test_fp8_units_and_their_bf16_decode_both_within_tolerance(name, T, monkeypatch):
-    """mxfp4 / ds_fp4 decode steps through the e4m3 tensor cores (the default: x and act split
-    into e4m3 hi + lo) and through the bf16 decode (FTW_CUDA_FP4_MMA=bf16, and a workspace sized
-    without H): each within tolerance of the float64 reference, gpt-oss's clamped activation and
-    biases for mxfp4; the two paths do not give identical bits (the switch switches)."""
-    rng = np.random.default_rng([23, T, FP8_UNITS.index(name)])
+def test_fp8_units_within_tolerance_as_the_bf16_decode(name, mma, T, monkeypatch):
+    """mxfp4 / ds_fp4 decode steps through the e4m3 bytes of their units (FTW_CUDA_FP4_MMA=fp8:
+    x and act split into e4m3 hi + lo; =f16: one f16 term) and through the bf16 decode (the
+    default, and any mode with a workspace sized without H): each within tolerance of the
+    float64 reference, gpt-oss's clamped activation and biases for mxfp4; the paths do not give
+    identical bits (the switch switches)."""
+    rng = np.random.default_rng([23, T, FP8_UNITS.index(name), FP4_MMA.index(mma)])
     H, I, E, K = 512, 224, 16, 8  # noqa: E741  I = 224: 7 units, a partial last chunk in down
     opts, banks = make_banks(name, H, I, E, rng, spread=6.0)
     x, x64 = bf16_x(T, H, rng)
@@ -224,24 +227,25 @@ def test_fp8_units_and_their_bf16_decode_both_within_tolerance(name, T, monkeypa
     ref = Reference(name, opts, banks, H, I).forward(x64, ids, wts, act)
     view = ce.identity_view(LayerFormat.of(name, opts), banks)
     ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
-    out_fp8 = run(name, opts, banks, x, ids, wts, act, view=view, ws=ws)
-    assert rel_err(out_fp8, ref) < tol(name)
-    monkeypatch.setenv("FTW_CUDA_FP4_MMA", "bf16")
     out_bf16 = run(name, opts, banks, x, ids, wts, act, view=view, ws=ws)
     assert rel_err(out_bf16, ref) < tol(name)
-    assert not torch.equal(out_fp8, out_bf16)
-    monkeypatch.delenv("FTW_CUDA_FP4_MMA")
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", mma)
+    out = run(name, opts, banks, x, ids, wts, act, view=view, ws=ws)
+    assert rel_err(out, ref) < tol(name)
+    assert not torch.equal(out, out_bf16)
     small = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device="cuda")
     assert small.numel() < ws.numel()
     assert rel_err(run(name, opts, banks, x, ids, wts, act, view=view, ws=small), ref) < tol(name)
 
 
 @pytest.mark.parametrize("name", FP8_UNITS)
-def test_fp8_units_keep_small_values_of_a_token(name):
+@pytest.mark.parametrize("mma", FP4_MMA)
+def test_fp8_units_keep_small_values_of_a_token(name, mma, monkeypatch):
     """One token whose values span 2^-40 .. 2^8 (each 16-value run its own magnitude) and one of
     zeros beside a normal one: the split x (one power of two per token) keeps the token's small
-    values to 2^-10 of its scale, far below bf16's rounding of its largest; the zero token gives
-    exactly zero (ds_fp4 has no biases)."""
+    values to 2^-10 (f16: 2^-25) of its scale, far below bf16's rounding of its largest; the zero
+    token gives exactly zero (ds_fp4 has no biases)."""
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", mma)
     rng = np.random.default_rng([29, FP8_UNITS.index(name)])
     H, I, E, K, T = 512, 128, 8, 4, 3  # noqa: E741
     opts, banks = make_banks(name, H, I, E, rng)
@@ -260,6 +264,21 @@ def test_fp8_units_keep_small_values_of_a_token(name):
         assert (out[1] == 0).all()
     else:
         assert np.linalg.norm(out[1] - ref[1]) / np.linalg.norm(ref[1]) < tol(name)
+
+
+@pytest.mark.parametrize("name", FP8_UNITS)
+@pytest.mark.parametrize("mma", FP4_MMA)
+def test_fp8_units_tokens_far_apart_in_magnitude(name, mma, monkeypatch):
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", mma)
+    test_decode_of_tokens_far_apart_in_magnitude(name)
+
+
+@pytest.mark.parametrize("name", FP8_UNITS)
+@pytest.mark.parametrize("mma", FP4_MMA)
+@pytest.mark.parametrize("act_name", list(ACTS))
+def test_fp8_units_activations_reach_their_clamps(name, mma, act_name, monkeypatch):
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", mma)
+    test_activations_reach_their_clamps(name, act_name)
 
 
 @pytest.mark.parametrize("name", GPU_FORMATS)

@@ -51,6 +51,18 @@ def test_down_items_split_between_blocks(name, parts, T, monkeypatch):
     assert rel_err(out, ref) < tol(name)
 
 
+@pytest.mark.parametrize("name", ["mxfp4", "ds_fp4"])
+@pytest.mark.parametrize("mma", ["fp8", "f16"])
+@pytest.mark.parametrize("parts", [1, 2, 4])
+@pytest.mark.parametrize("T", [1, 3])
+def test_fp8_units_down_items_split_between_blocks(name, mma, parts, T, monkeypatch):
+    """The same through the fp8 units' kernels (FTW_CUDA_FP4_MMA: e4m3 or f16 mma)."""
+    monkeypatch.setenv("FTW_CUDA_FP4_MMA", mma)
+    monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", str(parts))
+    out, ref = forward_and_ref(name, 256, 1024, 8, 4, T, [parts, T, STAGED.index(name), len(mma)])
+    assert rel_err(out, ref) < tol(name)
+
+
 E4M3_FINITE = np.array([b for b in range(256) if b & 0x7F != 0x7F], dtype=np.uint8)  # less the NaNs
 
 

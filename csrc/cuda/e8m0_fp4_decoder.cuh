@@ -33,11 +33,11 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };
 
-// The same units on the e4m3 tensor cores (experts_kernels.cuh, "fp8 units"): the staged kernel
+// The same units through e4m3 bytes (experts_kernels.cuh, "fp8 units"): the staged kernel
 // reads word tig of each unit (8 values) and places them as e4m3 bytes, the unit's scale applied
 // to the mma's float32 sums as 2^(s - 127) (a float by a shift: s = 0 gives 0 where 2^-127 would be
 // a float subnormal, s = 255 inf), the 2^6 of the placement in fp8_split's factor per row. The
-// range is every scale byte 1..254 (the bf16 decode above: 63..190).
+// scale covers every byte 1..254 (the bf16 decode above: 63..190; only the usual range is tested).
 struct E8m0Fp4Fp8Decoder : E8m0Fp4Decoder {
     static constexpr bool kFp8Units = true;
     // e2m1 pairs of a word (value 2i low nibble, 2i + 1 high nibble of byte i) -> e4m3 bytes of
@@ -65,8 +65,8 @@ struct E8m0Fp4Fp8Decoder : E8m0Fp4Decoder {
     __device__ static float post(const KernelParams&, int, int, int) { return 1.f; }
 };
 
-// A layer of either format: decode steps through the e4m3 tensor cores, prefill (and
-// FTW_CUDA_FP4_MMA=bf16) through the bf16 decode.
+// A layer of either format: decode steps through the e4m3 bytes under FTW_CUDA_FP4_MMA=fp8 | f16,
+// else (and prefill) through the bf16 decode.
 inline void launch_e8m0_fp4(const KernelParams& p, cudaStream_t stream) {
     launch_fp8_units<E8m0Fp4Fp8Decoder, E8m0Fp4Decoder>(p, stream);
 }

@@ -54,9 +54,10 @@ Layout layout(int T, int K, int I, int E, int H) {
     return l;
 }
 
-// fp8_split: one block per row. The row's largest |x| (bf16 bits), 2^k putting it in [2^7, 2^8),
-// then each thread's 8 values (one uint4 in, one out: value 8i + j is unit i / 4's value
-// 8 (i % 4) + j) as hi = e4m3(x 2^k), lo = e4m3(x 2^k - hi), evens then odds.
+// fp8_split: one block per row. The row's largest |x| (bf16 bits), 2^k putting it in [2^7, 2^8)
+// (F16: [2^14, 2^15)), then each thread's 8 values (one uint4 in, one out: value 8i + j is unit
+// i / 4's value 8 (i % 4) + j) as hi = e4m3(x 2^k), lo = e4m3(x 2^k - hi), evens then odds, or
+// (F16) as f16 pairs (v0, v2), (v4, v6), (v1, v3), (v5, v7).
 constexpr int kSplitThreads = 256;
 
 __device__ __forceinline__ uint32_t e4m3_byte(float v) {
@@ -68,6 +69,7 @@ __device__ __forceinline__ float e4m3_float(uint32_t b) {
     return __half2float(__half(h));
 }
 
+template <bool F16>
 __global__ void __launch_bounds__(kSplitThreads) fp8_split_kernel(const __nv_bfloat16* src, int n, uint4* dst,
                                                                    float* inv) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -87,13 +89,23 @@ __global__ void __launch_bounds__(kSplitThreads) fp8_split_kernel(const __nv_bfl
     mx = 0;
     for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = max(mx, warp_max[w]);
     const int e = mx == 0 ? 0 : max(int(mx >> 7), 1) - 127;  // exponent of the largest (subnormals: -126)
-    const int k = mx == 0 ? 0 : min(max(7 - e, -126), 126);
+    const int k = mx == 0 ? 0 : min(max((F16 ? 14 : 7) - e, -126), 126);
     const float scale = __uint_as_float(uint32_t(k + 127) << 23);
     if (threadIdx.x == 0) inv[blockIdx.x] = __uint_as_float(uint32_t(6 - k + 127) << 23);  // 2^6 / 2^k
     for (int i = threadIdx.x; i < m; i += blockDim.x) {
         const uint4 v = s[i];
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         uint32_t out[4] = {0u, 0u, 0u, 0u};
+        if constexpr (F16) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {  // value j into word (j & 1) * 2 + (j / 4), half (j / 2) & 1
+                const float x = __uint_as_float(j & 1 ? w[j / 2] & 0xFFFF0000u : w[j / 2] << 16) * scale;
+                const uint32_t h = __half_as_ushort(__float2half_rn(x));
+                out[(j & 1) * 2 + j / 4] |= h << (16 * ((j / 2) & 1));
+            }
+            d[i] = make_uint4(out[0], out[1], out[2], out[3]);
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float x = __uint_as_float(j & 1 ? w[j / 2] & 0xFFFF0000u : w[j / 2] << 16) * scale;
@@ -252,8 +264,9 @@ void check_launch(const char* what) {
 }
 
 void launch_fp8_split(const __nv_bfloat16* src, int rows, int n, uint4* dst, float* inv, cudaStream_t stream,
-                      bool programmatic) {
-    launch_kernel(fp8_split_kernel, dim3(rows), dim3(kSplitThreads), 0, stream, programmatic, src, n, dst, inv);
+                      bool programmatic, bool f16) {
+    launch_kernel(f16 ? fp8_split_kernel<true> : fp8_split_kernel<false>, dim3(rows), dim3(kSplitThreads), 0, stream,
+                  programmatic, src, n, dst, inv);
 }
 
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {

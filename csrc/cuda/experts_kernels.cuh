@@ -181,6 +181,23 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const float (&c)[4], uin
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
+// m16n8k16 f16 x f16 -> f32: d = a b + c (fragments as mma_bf16's).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// Four e4m3 bytes -> two f16x2 (exact): lo = bytes 0, 1, hi = bytes 2, 3 (low byte to the low half).
+__device__ __forceinline__ void e4m3x4_f16(uint32_t q, uint32_t& lo, uint32_t& hi) {
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(q));
+}
+
 // Four 8x8 b16 matrices from shared memory: lanes 8m .. 8m + 7 give the addresses of matrix m's
 // rows (16 bytes each); lane (g, tig) receives word tig of row g of each matrix.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -826,8 +843,11 @@ constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16
 // scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
 //   kOptRegs128  4 blocks per SM (128 registers) where the units' kernels take 5 (96): fp8 units
 //                under FTW_CUDA_FP8_REGS=128 (96 spills a few registers there)
+//   kOptF16      fp8 units: the e4m3 bytes converted to f16 pairs for mma m16n8k16 f16, x as one
+//                f16 term (FTW_CUDA_FP4_MMA=f16), instead of mma m16n8k32 e4m3 on x's hi + lo
 constexpr int kOptDecode = 1;
 constexpr int kOptRegs128 = 2;
+constexpr int kOptF16 = 4;
 constexpr int kStagedOptAll = kOptDecode;
 
 template <class Dec>
@@ -1070,8 +1090,18 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptRegs
                                 Dec::e4m3_pair(wr[v >> 1][2 * (v & 1) + 1], h0, h1);
                                 const float zero[4] = {0.f, 0.f, 0.f, 0.f};
                                 float part[4];
-                                mma_e4m3(part, zero, g0, h0, g1, h1, xf[v].x, xf[v].y);
-                                mma_e4m3(part, part, g0, h0, g1, h1, xf[v].z, xf[v].w);
+                                if constexpr (OPT & kOptF16) {
+                                    // f16 pairs (v0, v2), (v4, v6) from g0 / h0, (v1, v3), (v5, v7) from
+                                    // g1 / h1, against x's f16 pairs in the same order
+                                    uint32_t ga, gb, gc, gd, ha, hb, hc, hd;
+                                    e4m3x4_f16(g0, ga, gb), e4m3x4_f16(h0, ha, hb);
+                                    e4m3x4_f16(g1, gc, gd), e4m3x4_f16(h1, hc, hd);
+                                    mma_f16(part, zero, ga, ha, gb, hb, xf[v].x, xf[v].y);
+                                    mma_f16(part, part, gc, hc, gd, hd, xf[v].z, xf[v].w);
+                                } else {
+                                    mma_e4m3(part, zero, g0, h0, g1, h1, xf[v].x, xf[v].y);
+                                    mma_e4m3(part, part, g0, h0, g1, h1, xf[v].z, xf[v].w);
+                                }
                                 const float s0 = Dec::unit_scale(side[d][j][0].s, v), s1 = Dec::unit_scale(side[d][j][1].s, v);
                                 acc[0] = fmaf(part[0], s0, acc[0]), acc[1] = fmaf(part[1], s0, acc[1]);
                                 acc[2] = fmaf(part[2], s1, acc[2]), acc[3] = fmaf(part[3], s1, acc[3]);
@@ -1509,9 +1539,19 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
                   nparts);  // overlaps the tail of the kernel before (phase 0, or fp8_split)
 }
 
+// How the fp8 units' formats decode (FTW_CUDA_FP4_MMA=bf16 | fp8 | f16; "fp8 units" below).
+enum class Fp4Mma { Bf16, Fp8, F16 };
+inline Fp4Mma fp4_mma() {
+    const char* v = std::getenv("FTW_CUDA_FP4_MMA");
+    if (v != nullptr && std::strcmp(v, "fp8") == 0) return Fp4Mma::Fp8;
+    if (v != nullptr && std::strcmp(v, "f16") == 0) return Fp4Mma::F16;
+    return Fp4Mma::Bf16;
+}
+
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (Fp8Units<Dec>::value) {
+        if (fp4_mma() == Fp4Mma::F16) return launch_staged_opt<Dec, PH, S, kStagedOptAll | kOptF16>(p, stream);
         const char* v = std::getenv("FTW_CUDA_FP8_REGS");
         if (v != nullptr && std::strcmp(v, "128") == 0)
             return launch_staged_opt<Dec, PH, S, kStagedOptAll | kOptRegs128>(p, stream);
@@ -1626,44 +1666,47 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
 
 // ---- fp8 units ---------------------------------------------------------------------------------
 //
-// The e2m1 formats with one E8M0 scale per 16-byte unit (mxfp4, ds_fp4) decode on the e4m3
-// tensor cores: every e2m1 value is exact in e4m3 (bits s e1 e0 m placed as s 0 0 e1 e0 m 0 0:
-// the value times 2^-6, normal and subnormal alike), an mma m16n8k32 takes one unit of each of
-// its 16 rows (k = 32: the quad's 4 lanes, 4 bytes each), and the unit's scale 2^(s - 127)
-// multiplies the mma's float32 sums. x (phase 0) and act (phase 1) enter as two e4m3 terms,
-// hi = e4m3(x 2^k) and lo = e4m3(x 2^k - hi), with one power of two 2^k per row (token, pair)
-// that puts the row's largest |x| in [2^7, 2^8): hi + lo holds every bf16 value within 2^-9 of
-// the row's largest exactly (lo's 4 bits are the rest of bf16's 8), smaller ones to 2^-10 of
-// 2^k absolute, far below bf16's rounding of the largest (2^-9 relative); k is clamped to
-// [-126, 126], so only rows whose largest |x| is under 2^-119 lose more. fp8_split writes them
-// once per phase (experts.cu), in the order a lane loads its B fragments: per unit and lane tig
-// one uint4 {hi of values 8 tig + 0, 2, 4, 6; hi of 8 tig + 1, 3, 5, 7; lo of the same, the same},
-// and 2^6 / 2^k per row, which the epilogue applies to the row's sums.
-// FTW_CUDA_FP4_MMA=bf16 decodes these formats to bf16 for mma m16n8k16 as before (benchmarks).
+// The e2m1 formats with one E8M0 scale per 16-byte unit (mxfp4, ds_fp4) can decode through
+// e4m3: every e2m1 value is exact in e4m3 (bits s e1 e0 m placed as s 0 0 e1 e0 m 0 0: the value
+// times 2^-6, normal and subnormal alike). The quad's 4 lanes share a unit (ldmatrix: 4 bytes of
+// it each, rows g and g + 8), so an mma's k (32 values: m16n8k32 e4m3, or two m16n8k16 f16 on
+// the bytes converted to f16 pairs) is one unit per row and the unit's scale 2^(s - 127)
+// multiplies the mma's float32 sums instead of every weight. x (phase 0) and act (phase 1) take
+// one power of two 2^k per row (token, pair) and are written once per phase by fp8_split
+// (experts.cu), in the order a lane loads its B fragments (one uint4 per unit and lane), with
+// 2^6 / 2^k per row, which the epilogue applies to the row's sums:
+// - fp8 (FTW_CUDA_FP4_MMA=fp8): two e4m3 terms, hi = e4m3(x 2^k), lo = e4m3(x 2^k - hi), the
+//   row's largest |x| 2^k in [2^7, 2^8): hi + lo holds every bf16 value within 2^-9 of the row's
+//   largest exactly (lo's 4 bits are the rest of bf16's 8), smaller ones to 2^-10 of 2^k
+//   absolute, far below bf16's rounding of the largest (2^-9 relative). On sm_90 mma.sync e4m3 is
+//   not a tensor-core instruction: ptxas expands each into F2FP conversions to f16, two HMMA
+//   and FADDs (the H200 measured it 1.5x slower than the bf16 decode: docs/BENCHMARKS.md).
+// - f16 (FTW_CUDA_FP4_MMA=f16): the e4m3 bytes converted by cvt.rn.f16x2.e4m3x2, x as one f16
+//   term with its largest in [2^14, 2^15) (exact down to 2^-28 of it, then 2^-25 absolute).
+// k is clamped to [-126, 126] (rows whose largest |x| is under 2^-119 keep fewer bits).
+// The default (FTW_CUDA_FP4_MMA unset or bf16) decodes these formats to bf16 as before.
 
 // Rows of src [rows, n] bf16 (n a multiple of 32) into dst [rows, n / 8] uint4 and inv [rows]
-// (experts.cu). programmatic: launched as a programmatic dependent of the kernel before it, which
-// it waits for before reading src (its dependent may start at once).
+// (experts.cu); f16: one f16 term per value instead of e4m3 hi + lo. programmatic: launched as a
+// programmatic dependent of the kernel before it, which it waits for before reading src (its
+// dependent may start at once).
 void launch_fp8_split(const __nv_bfloat16* src, int rows, int n, uint4* dst, float* inv, cudaStream_t stream,
-                      bool programmatic);
-
-inline bool fp4_mma_bf16() {
-    const char* v = std::getenv("FTW_CUDA_FP4_MMA");
-    return v != nullptr && std::strcmp(v, "bf16") == 0;
-}
+                      bool programmatic, bool f16);
 
 // A decode step through Fp8Dec (fp8_split, phase 0, fp8_split of act, phase 1, each a programmatic
-// dependent of the one before), or launch_experts<Dec> for prefill, under FTW_CUDA_FP4_MMA=bf16
-// or FTW_CUDA_DECODE=classic, and where the workspace has no room for the split x (p.xq null).
+// dependent of the one before) under FTW_CUDA_FP4_MMA=fp8 | f16, else launch_experts<Dec>: prefill,
+// the default, FTW_CUDA_DECODE=classic, a workspace without room for the split x (p.xq null).
 template <class Fp8Dec, class Dec>
 void launch_fp8_units(const KernelParams& p, cudaStream_t stream) {
-    if (p.xq == nullptr || !decode_step(p) || fp4_mma_bf16() || !staged_decode<Fp8Dec>())
+    const Fp4Mma mma = fp4_mma();
+    if (p.xq == nullptr || !decode_step(p) || mma == Fp4Mma::Bf16 || !staged_decode<Fp8Dec>())
         return launch_experts<Dec>(p, stream);
-    launch_fp8_split(p.x, p.T, p.H, p.xq, p.xinv, stream, false);
+    const bool f16 = mma == Fp4Mma::F16;
+    launch_fp8_split(p.x, p.T, p.H, p.xq, p.xinv, stream, false, f16);
     check_launch("fp8 split of x");
     launch_staged<Fp8Dec, 0, 4>(p, stream);
     check_launch("gate_up kernel");
-    launch_fp8_split(p.act, p.T * p.K, p.I, p.actq, p.actinv, stream, programmatic_launch());
+    launch_fp8_split(p.act, p.T * p.K, p.I, p.actq, p.actinv, stream, programmatic_launch(), f16);
     check_launch("fp8 split of act");
     launch_staged<Fp8Dec, 1, 4>(p, stream);
     check_launch("down kernel");
