@@ -1682,7 +1682,9 @@ void launch_experts(const KernelParams& p, cudaStream_t stream) {
 //   not a tensor-core instruction: ptxas expands each into F2FP conversions to f16, two HMMA
 //   and FADDs (the H200 measured it 1.5x slower than the bf16 decode: docs/BENCHMARKS.md).
 // - f16 (FTW_CUDA_FP4_MMA=f16): the e4m3 bytes converted by cvt.rn.f16x2.e4m3x2, x as one f16
-//   term with its largest in [2^14, 2^15) (exact down to 2^-28 of it, then 2^-25 absolute).
+//   term with its largest in [2^14, 2^15) (exact down to 2^-28 of it, then 2^-25 absolute);
+//   measured 1.2x slower than the bf16 decode (as many instructions: the scale on the sums
+//   costs what the weights' HMUL2 did; the x loads stall the mma).
 // k is clamped to [-126, 126] (rows whose largest |x| is under 2^-119 keep fewer bits).
 // The default (FTW_CUDA_FP4_MMA unset or bf16) decodes these formats to bf16 as before.
 
