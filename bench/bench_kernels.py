@@ -12,7 +12,8 @@ DeepSeek-V3-like (H=7168, I=2048, E=256). Each layer holds all E experts (random
 format's stored layout) behind an identity slot table; step s routes to experts 8s..8s+7
 (mod E), so consecutive steps read different rows and a row is read again only after all E
 experts' bytes (>= 4x the 60 MB L2 at every size and format) went by. Steps are captured in a
-CUDA graph and timed with CUDA events over many replays.
+CUDA graph and timed with CUDA events: after 20 ms of warm-up replays, the median of 5 rounds of
+--replays replays (the kernel, each variant and the ceiling alike).
 
 - effective bandwidth = bytes of the routed experts' rows (every bank: weights, scales,
   globals, biases) / time per step;
@@ -218,8 +219,16 @@ def torch_reference(view: ce.LayerView, x: torch.Tensor, ids: torch.Tensor, wts:
 # ---- timing -------------------------------------------------------------------------------------
 
 
+# Timed work starts only after WARMUP_S of the same replays: a small step's first replays after an
+# idle host phase (building the layer) ran up to 10% slow (clocks, caches), and that bias fell on
+# whichever was timed first, the kernel, never the ceiling timed right after it. Then ROUNDS timed
+# rounds, their median.
+WARMUP_S, ROUNDS = 0.02, 5
+
+
 def graph_time(steps, replays: int) -> float:
-    """Seconds per step: `steps` (callables) captured in one CUDA graph, replayed."""
+    """Seconds per step: `steps` (callables) captured in one CUDA graph, replayed: the median of
+    ROUNDS rounds of `replays` replays each, after at least WARMUP_S of warm-up replays."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -232,13 +241,22 @@ def graph_time(steps, replays: int) -> float:
             f()
     g.replay()
     torch.cuda.synchronize()
-    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    for _ in range(replays):
-        g.replay()
-    t1.record()
-    torch.cuda.synchronize()
-    return t0.elapsed_time(t1) / 1e3 / (replays * len(steps))
+
+    def timed(n: int) -> float:
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(n):
+            g.replay()
+        t1.record()
+        torch.cuda.synchronize()
+        return t0.elapsed_time(t1) / 1e3
+
+    n, spent = 1, 0.0
+    while spent < WARMUP_S:  # doubling batches of replays until the warm-up time is spent
+        spent += timed(n)
+        n *= 2
+    rounds = sorted(timed(replays) for _ in range(ROUNDS))
+    return rounds[ROUNDS // 2] / (replays * len(steps))
 
 
 def eager_time(fn, reps: int) -> float:
@@ -409,11 +427,15 @@ def accuracy(dev) -> list[dict]:
 
 
 def main() -> None:
+    global WARMUP_S, ROUNDS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--warmup-ms", type=float, default=WARMUP_S * 1e3,
+                    help="graph replays before timing (0 and --rounds 1: the timing before warm-up existed)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds of --replays replays; their median")
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--cases", default="1,8same,8indep", help="decode cases to time: " + ",".join(CASES))
     ap.add_argument("--sanitize", action="store_true", help="only the small sanitizer case")
@@ -425,6 +447,7 @@ def main() -> None:
     ap.add_argument("--cpu-baseline", action="store_true",
                     help="gguf formats: also time ftw's CPU executor on the same T=1 step (every host core)")
     args = ap.parse_args()
+    WARMUP_S, ROUNDS = args.warmup_ms / 1e3, max(1, args.rounds)
     dev = torch.device("cuda")
     if args.profile:
         profile_steps(dev, args.sizes.split(","), args.formats.split(","))
