@@ -1544,11 +1544,12 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
             if constexpr (ByteStream<Dec>::value && StageShape<Dec>::kPitch >= 13) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
                 // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
-                // the warps per SM (Q8_0: 7.8 warps per SM at 4 stages, ncu); FTW_CUDA_STAGED_STAGES
+                // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). FTW_CUDA_STAGED_STAGES
+                // =2|3 runs fewer (with the default kByteStreamOpt): tested, not yet timed
                 const char* v = std::getenv("FTW_CUDA_STAGED_STAGES");
                 const int n = v != nullptr ? std::atoi(v) : 4;
-                if (n == 2) return launch_staged<Dec, PH, 2>(p, stream);
-                if (n == 3) return launch_staged<Dec, PH, 3>(p, stream);
+                if (n == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
+                if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
             }
             launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
