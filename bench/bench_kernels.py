@@ -71,6 +71,12 @@ VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (regist
             # how the staged kernel reads its ring (FTW_GGUF_CUDA_SHARED; default per type)
             "gguf-shared-generic": {"FTW_GGUF_CUDA_SHARED": "generic"},  # generic addresses, 8-byte spans
             "gguf-shared-ld": {"FTW_GGUF_CUDA_SHARED": "shared"}}  # ld.shared, spans shifted into place
+# the staged kernel's byte-stream (gguf) copies and checks as before kOptCopy32 / kOptFull
+# (FTW_CUDA_STAGED_BYTES=0, experts_kernels.cuh); with every type forced staged
+VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
+                 "gguf-staged-bytes-0": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_CUDA_STAGED_BYTES": "0"}})
+# the staged ring's stages for wide byte-stream chunks (gguf Q6_K, Q8_0; FTW_CUDA_STAGED_STAGES)
+VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

@@ -168,8 +168,9 @@ def test_every_way_of_loading(name, kind, monkeypatch):
 
 # the types whose default decode is register-fed (no kStaged): experts_decode's shaped loop
 # (ShapedDecoder: x loaded at use, units refilled once decoded, unpredicated loads, phase 1 a
-# programmatic dependent launch), or the legacy loop with FTW_CUDA_REGISTER_SHAPE=legacy
-REGISTER_FED = ["Q8_0", "Q4_0", "IQ4_NL", "MXFP4", "IQ4_XS", "IQ3_XXS"]
+# programmatic dependent launch), or the legacy loop with FTW_CUDA_REGISTER_SHAPE=legacy (Q8_0
+# decodes staged by default since the staged kernel's 32-bit copies and full chunks)
+REGISTER_FED = ["Q4_0", "IQ4_NL", "MXFP4", "IQ4_XS", "IQ3_XXS"]
 
 
 @pytest.mark.parametrize("loop", ["shaped", "legacy"])
@@ -216,6 +217,36 @@ def test_staged_rows_ending_in_a_partial_chunk(name, monkeypatch):
     after a row's end in its last 16-byte piece belong to the next row)."""
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
     check((name, name, name), 2, [5, TYPES.index(name)], H=352, I=160)
+
+
+# the staged kernel's byte-stream variants (FTW_CUDA_STAGED_BYTES): the default (copies as a
+# 32-bit count of pieces, full chunks without per-unit checks) and "0", both as before
+STAGED_BYTES = ["", "0"]
+# and the ring's stages for the wide byte-stream chunks (Q6_K, Q8_0: FTW_CUDA_STAGED_STAGES)
+STAGES = ["", "2", "3"]
+
+
+@pytest.mark.parametrize("variant", STAGED_BYTES)
+@pytest.mark.parametrize("types, size", [(("Q4_K", "Q4_K", "Q6_K"), {}),
+                                         (("Q8_0", "Q8_0", "Q8_0"), {"H": 352, "I": 160}),
+                                         (("Q2_K", "Q2_K", "IQ3_S"), {"H": 2048, "I": 512, "E": 16, "K": 8})])
+def test_staged_kernel_byte_stream_variants(types, size, variant, monkeypatch):
+    """Both variants decode the same values: rows of whole chunks, rows ending in a partial chunk
+    (352 and 160 values: the last chunk's missing units zeros, its copies stopping at the row's
+    end), and more items than the grid has blocks."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    monkeypatch.setenv("FTW_CUDA_STAGED_BYTES", variant)
+    check(types, 3 if "K" not in size else 8, [8, sum(map(ord, "".join(types))), STAGED_BYTES.index(variant)], **size)
+
+
+@pytest.mark.parametrize("stages", STAGES)
+@pytest.mark.parametrize("types, size", [(("Q6_K", "Q6_K", "Q8_0"), {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                         (("Q8_0", "Q8_0", "Q8_0"), {"H": 352, "I": 160})])
+def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
+    """Rings of 2, 3 (and 4) stages decode the same values, across items and in partial chunks."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, 3 if "K" not in size else 8, [9, sum(map(ord, "".join(types))), STAGES.index(stages)], **size)
 
 
 @pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])

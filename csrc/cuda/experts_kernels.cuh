@@ -788,6 +788,16 @@ constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16
 // scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
 constexpr int kOptDecode = 1;
 constexpr int kStagedOptAll = kOptDecode;
+// Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
+//   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
+//                copy, the source clamped to the row's last piece) instead of a 64-bit address
+//                compared against the row's end and selected per copy
+//   kOptFull     a chunk whose units all lie in the row decoded without the per-lane check
+//                (a warp-uniform branch per chunk instead of one per unit and row: the stage's
+//                decodes and mma chains are one block for the compiler to schedule)
+// Measured on the H200 and dropped (docs/BENCHMARKS.md, "GGUF staged copies and full chunks"):
+// two accumulators per lane, 3 blocks per SM (168 registers), a lane's units 2 tig and 2 tig + 1.
+constexpr int kOptCopy32 = 2, kOptFull = 4;
 
 template <class Dec>
 struct HasDecodeV0 {
@@ -913,19 +923,41 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 // row t's chunk: the aligned 16-byte pieces from the one holding its first byte
                 // up to the one holding its last (the row's last, for a partial last chunk)
                 const int64_t cb = int64_t(c) * Dec::kChunkBytes, ce = min(cb + Dec::kChunkBytes, wrow);
+                if constexpr ((OPT & kOptCopy32) != 0) {
+                    // the pieces from the one holding the chunk's first byte to the one holding
+                    // its last, counted in 32 bits; a copy past them reads the last (0 bytes)
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const int t = (lane >> 3) + 4 * k;
-                    const uintptr_t first = reinterpret_cast<uintptr_t>(pw[k] + cb) & ~uintptr_t(15);
-                    const uintptr_t end = reinterpret_cast<uintptr_t>(pw[k] + ce);
+                    for (int k = 0; k < 4; ++k) {
+                        const int t = (lane >> 3) + 4 * k;
+                        const uint4* first = reinterpret_cast<const uint4*>(
+                            reinterpret_cast<uintptr_t>(pw[k] + cb) & ~uintptr_t(15));
+                        const uint32_t a0 = uint32_t(reinterpret_cast<uintptr_t>(first));
+                        const uint32_t a1 = uint32_t(reinterpret_cast<uintptr_t>(pw[k] + ce - 1));
+                        const int count = pwok[k] ? int(((a1 - a0) >> 4) + 1) : 0;
 #pragma unroll
-                    for (int m = 0; m < (NCOPY + 7) / 8; ++m) {
-                        const int v = (lane & 7) + 8 * m;
-                        if (NCOPY % 8 != 0 && v >= NCOPY) break;
-                        const uintptr_t src = first + 16 * v;
-                        const bool ok = pwok[k] && src < end;
-                        cp_async16(ring_s + (d * SU + t * PI + v) * 16, ok ? reinterpret_cast<const void*>(src) : pw[k],
-                                   ok ? 16 : 0);
+                        for (int m = 0; m < (NCOPY + 7) / 8; ++m) {
+                            const int v = (lane & 7) + 8 * m;
+                            if (NCOPY % 8 != 0 && v >= NCOPY) break;
+                            const bool ok = v < count;
+                            cp_async16(ring_s + (d * SU + t * PI + v) * 16, first + min(v, max(count - 1, 0)),
+                                       ok ? 16 : 0);
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int t = (lane >> 3) + 4 * k;
+                        const uintptr_t first = reinterpret_cast<uintptr_t>(pw[k] + cb) & ~uintptr_t(15);
+                        const uintptr_t end = reinterpret_cast<uintptr_t>(pw[k] + ce);
+#pragma unroll
+                        for (int m = 0; m < (NCOPY + 7) / 8; ++m) {
+                            const int v = (lane & 7) + 8 * m;
+                            if (NCOPY % 8 != 0 && v >= NCOPY) break;
+                            const uintptr_t src = first + 16 * v;
+                            const bool ok = pwok[k] && src < end;
+                            cp_async16(ring_s + (d * SU + t * PI + v) * 16,
+                                       ok ? reinterpret_cast<const void*>(src) : pw[k], ok ? 16 : 0);
+                        }
                     }
                 }
             } else {
@@ -992,57 +1024,72 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 cp_async_wait<S - 1>();  // this lane's copies of stage d have landed
                 __syncwarp();            // and every other lane's
                 if (count > 0 && i < cpw && c < nchunks) {  // warp-uniform
+                    // the chunk's units; full: every unit lies in the row (kOptFull: no per-lane
+                    // check, so the stage's decodes and mma chains are one block to schedule)
+                    auto chunk = [&](auto full) {
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        const int uj = c * 8 + tig + 4 * j;
-                        if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
-                            const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
+                        for (int j = 0; j < 2; ++j) {
+                            const int uj = c * 8 + tig + 4 * j;
+                            if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
+                                const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
 #pragma unroll
-                            for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
-                        } else if constexpr (BS) {  // x dead after permute: registers for the decode
+                                for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
+                            } else if constexpr (BS) {  // x dead after permute: registers for the decode
 #pragma unroll
-                            for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
-                        }
-                        uint32_t xr[NR], xa[NR];
+                                for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
+                            }
+                            uint32_t xr[NR], xa[NR];
 #pragma unroll
-                        for (int k = 0; k < NX; ++k)
-                            xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y, xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
-                        Dec::permute(xr, xa);
-                        if constexpr (BS) {
-                            // Rows g and g + 8 decoded one after the other into the two halves of
-                            // the A fragment, then one mma chain (8 mma per 32 values).
-                            const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
-                            const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
-                            uint32_t w[2][NR];
+                            for (int k = 0; k < NX; ++k) {
+                                xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y;
+                                xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
+                            }
+                            Dec::permute(xr, xa);
+                            if constexpr (BS) {
+                                // Rows g and g + 8 decoded one after the other into the two halves of
+                                // the A fragment, then one mma chain (8 mma per 32 values).
+                                const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                                const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                                uint32_t w[2][NR];
 #pragma unroll
-                            for (int h = 0; h < 2; ++h) {
-                                if (uj < nunits) {  // else the bytes may be the next row's
-                                    Dec::decode_staged(sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u), tig + 4 * j, w[h]);
-                                } else {
+                                for (int h = 0; h < 2; ++h) {
+                                    if (decltype(full)::value || uj < nunits) {  // else the bytes may be the next row's
+                                        const uint8_t* b = sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u);
+                                        Dec::decode_staged(b, tig + 4 * j, w[h]);
+                                    } else {
 #pragma unroll
-                                    for (int k = 0; k < NR; ++k) w[h][k] = 0u;
+                                        for (int k = 0; k < NR; ++k) w[h][k] = 0u;
+                                    }
+                                }
+#pragma unroll
+                                for (int s = 0; s < V / 4; ++s)
+                                    mma_bf16(acc, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
+                                             xa[2 * s + 1]);
+                            } else {
+                                const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
+                                uint32_t wa[NR], wb[NR];
+                                staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
+                                staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
+                                float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                                for (int s = 0; s < V / 4; ++s)
+                                    mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                             xa[2 * s + 1]);
+                                if constexpr (CS) {
+                                    const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
+                                    acc[0] += part[0] * s0, acc[1] += part[1] * s0;
+                                    acc[2] += part[2] * s1, acc[3] += part[3] * s1;
                                 }
                             }
-#pragma unroll
-                            for (int s = 0; s < V / 4; ++s)
-                                mma_bf16(acc, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
-                                         xa[2 * s + 1]);
-                        } else {
-                            const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
-                            uint32_t wa[NR], wb[NR];
-                            staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
-                            staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
-                            float part[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-                            for (int s = 0; s < V / 4; ++s)
-                                mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                         xa[2 * s + 1]);
-                            if constexpr (CS) {
-                                const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
-                                acc[0] += part[0] * s0, acc[1] += part[1] * s0;
-                                acc[2] += part[2] * s1, acc[3] += part[3] * s1;
-                            }
                         }
+                    };
+                    if constexpr (BS && (OPT & kOptFull) != 0) {
+                        if ((c + 1) * 8 <= nunits)
+                            chunk(std::true_type{});
+                        else
+                            chunk(std::false_type{});
+                    } else {
+                        chunk(std::false_type{});
                     }
                 }
                 __syncwarp();  // every lane has read stage d before it is refilled
@@ -1400,12 +1447,12 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     const int fewest = nbands * std::min(p.K, p.num_experts);  // items when every token picks the same experts
     const int most = nbands * std::min(p.T * p.K, p.num_experts);
     // parts for the decoders of 16-byte units (measured there; gguf's byte streams keep the
-    // shapes they were measured with)
+    // shapes they were measured with, unless FTW_CUDA_STAGED_PARTS forces a count)
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
     StagedShape sh = staged_shape(kernel, S, units, nchunks, fewest, most, fit);
     const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
-    if (PH == 1 && units16 && (forced > 1 || (!forced && p.T == 1))) {
+    if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
             if (!forced && nck < S) break;
@@ -1417,12 +1464,26 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
                   PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
+// The byte-stream (gguf) variant of the staged kernel: kOptCopy32 | kOptFull, or
+// FTW_CUDA_STAGED_BYTES=0 the copies and per-unit checks as before them (benchmarks time both in
+// one run; read at every launch).
+constexpr int kByteStreamOpt = kStagedOptAll | kOptCopy32 | kOptFull;
+inline int byte_stream_opt() {
+    const char* v = std::getenv("FTW_CUDA_STAGED_BYTES");
+    return v != nullptr && std::strcmp(v, "0") == 0 ? kStagedOptAll : kByteStreamOpt;
+}
+
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
-    if constexpr (HasDecodeV0<Dec>::value && !ByteStream<Dec>::value) {
-        if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+    if constexpr (ByteStream<Dec>::value) {
+        if (byte_stream_opt() == kStagedOptAll) return launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
+        launch_staged_opt<Dec, PH, S, kByteStreamOpt>(p, stream);
+    } else {
+        if constexpr (HasDecodeV0<Dec>::value) {
+            if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+        }
+        launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
     }
-    launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
 }
 
 // The decode kernel of a phase: the decoder's default (kStaged), or FTW_CUDA_DECODE=classic /
@@ -1480,6 +1541,16 @@ template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
+            if constexpr (ByteStream<Dec>::value && StageShape<Dec>::kPitch >= 13) {
+                // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
+                // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
+                // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). FTW_CUDA_STAGED_STAGES
+                // =2|3 runs fewer (with the default kByteStreamOpt): tested, not yet timed
+                const char* v = std::getenv("FTW_CUDA_STAGED_STAGES");
+                const int n = v != nullptr ? std::atoi(v) : 4;
+                if (n == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
+                if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
+            }
             launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
         }

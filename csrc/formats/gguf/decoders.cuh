@@ -758,19 +758,15 @@ __device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uin
 }
 
 // The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
-// (d, dmin, scales[12]), as k4_scale_min.
+// (d, dmin, scales[12]), as k4_scale_min: bytes j % 4 of the three scale words shifted down once,
+// both forms computed and one selected (12 instructions where selecting a word per byte read took
+// about twice that: cuobjdump of the two forms alone, 48 against 80 in a one-line kernel)
 __device__ __forceinline__ void k4_head_scale_min(const uint4& h, int j, uint32_t& sc, uint32_t& mn) {
-    auto sb = [&](int i) {  // scale byte i (0..11): bytes 4..15 of the block
-        const uint32_t v = i < 4 ? h.y : (i < 8 ? h.z : h.w);
-        return (v >> (8 * (i & 3))) & 0xFFu;
-    };
-    if (j < 4) {
-        sc = sb(j) & 63;
-        mn = sb(j + 4) & 63;
-    } else {
-        sc = (sb(j + 4) & 15) | ((sb(j - 4) >> 2) & 0x30);
-        mn = (sb(j + 4) >> 4) | ((sb(j) >> 2) & 0x30);
-    }
+    const uint32_t s = 8 * (j & 3);
+    const uint32_t y = h.y >> s, z = h.z >> s, w = h.w >> s;  // scales[j % 4], [4 + j % 4], [8 + j % 4]
+    const bool lo = j < 4;
+    sc = lo ? y & 63 : (w & 15) | ((y >> 2) & 0x30);
+    mn = lo ? z & 63 : ((w >> 4) & 15) | ((z >> 2) & 0x30);
 }
 
 // 32 values f(q) = d1 * q - m1 from eight words of bytes q (< 128, byte l of the unit at byte
@@ -832,6 +828,9 @@ template <>
 struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
+    // H200, T=1: 0.44x with the staged kernel's kOptCopy32 | kOptFull (0.40x without), the shaped
+    // register-fed loop 0.34x
+    static constexpr bool kStaged = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
         span_words(raw.s, v);
@@ -867,6 +866,8 @@ struct Block18 : WholeBlock<18, 2> {
 template <>
 struct Fast<Q4_0> : Block18 {
     static constexpr bool kHas = true;
+    // register-fed (no kStaged): H200, T=1, 0.46x of the ceiling; staged 0.42x (both as of
+    // kOptCopy32 | kOptFull, docs/BENCHMARKS.md)
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const Scaled f(split(raw, q));
@@ -883,6 +884,7 @@ struct Fast<Q4_0> : Block18 {
 template <>
 struct Fast<IQ4_NL> : Block18 {
     static constexpr bool kHas = true;
+    // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
@@ -897,6 +899,7 @@ struct Fast<IQ4_NL> : Block18 {
 template <>
 struct Fast<MXFP4> : WholeBlock<17, 1> {
     static constexpr bool kHas = true;
+    // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x
     static constexpr float kPost = kTwo62;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[6], e[1], q[4];
@@ -930,6 +933,7 @@ struct Fast<MXFP4> : WholeBlock<17, 1> {
 template <>
 struct Fast<IQ4_XS> {
     static constexpr bool kHas = true;
+    // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x
     struct Raw {
         uint2 head, q0, q1;
         uint32_t j;
@@ -1251,6 +1255,7 @@ struct Fast<IQ2_XS> {
 template <>
 struct Fast<IQ3_XXS> {
     static constexpr bool kHas = true;
+    // register-fed: H200, T=1, 0.24x of the ceiling; staged 0.19x
     static constexpr bool kGenericShared = true;  // as IQ3_S (where staged: FTW_GGUF_CUDA_DECODER=staged)
     struct Raw {
         IqHead head;
