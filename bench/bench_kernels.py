@@ -70,7 +70,11 @@ VARIANTS = {"classic": {"FTW_CUDA_DECODE": "classic"},  # experts_decode (regist
             "gguf-min-shift": {"FTW_GGUF_CUDA_MIN": "shift"},  # c0 * scale taken off exactly (ShiftedMin)
             # how the staged kernel reads its ring (FTW_GGUF_CUDA_SHARED; default per type)
             "gguf-shared-generic": {"FTW_GGUF_CUDA_SHARED": "generic"},  # generic addresses, 8-byte spans
-            "gguf-shared-ld": {"FTW_GGUF_CUDA_SHARED": "shared"}}  # ld.shared, spans shifted into place
+            "gguf-shared-ld": {"FTW_GGUF_CUDA_SHARED": "shared"},  # ld.shared, spans shifted into place
+            # Q8_0's decode steps (default: gate_up's values in f16 for mma f16 on the f16 rows of x,
+            # down's in bf16): both projections in bf16 as before, or both in f16 (down on the f16
+            # rows of act)
+            "gguf-q8-bf16": {"FTW_GGUF_CUDA_Q8_F16": "0"}, "gguf-q8-f16-both": {"FTW_GGUF_CUDA_Q8_F16": "both"}}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
@@ -293,7 +297,7 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     xs = [torch.randn((T, H), dtype=torch.bfloat16, device=dev) for _ in range(nsteps)]
     wts = torch.rand((T, K), device=dev)
     out = torch.empty((T, H), dtype=torch.float32, device=dev)
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device=dev)
     steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
              for s in range(nsteps)]
     t = graph_time(steps, replays)

@@ -12,7 +12,9 @@ the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then 
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
+gate_up and down is stored as bf16 too; products accumulate in float32. Q8_0's decode steps
+round gate_up's weights (FTW_GGUF_CUDA_Q8_F16=both: down's too) once to f16 instead (2^-11), x
+(and act) exact in f16 rows scaled by a power of two each. Independent roundings of
 gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
 wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
 """
@@ -301,6 +303,148 @@ def test_model_mixing_four_type_pairs_through_one_bank_set():
         assert err < REL_TOL, f"layer {layer} {pairs[layer]}"
         nxt = (out / out.norm(dim=1, keepdim=True) * np.sqrt(H)).to(torch.bfloat16)
         x, x64 = nxt, nxt.float().double().cpu().numpy()
+
+
+# ---- Q8_0 on the f16 mma (decoders.cuh: Fast<Q8_0>::decode_f16, experts_kernels.cuh "f16 rows") ----
+# A decode step's Q8_0 gate_up (FTW_GGUF_CUDA_Q8_F16=both: and down) decodes to f16 (q * d rounded
+# once to 11 bits) for mma in f16, x (and act) entering as f16 rows scaled by a power of two each,
+# where the workspace has room (asked with H; experts_forward's own does); FTW_GGUF_CUDA_Q8_F16=0
+# keeps the bf16 decode for both. Each test runs both f16 modes.
+F16_MODES = ["gate_up", "both"]
+
+
+def f16_mode(monkeypatch, mode):
+    if mode == "both":
+        monkeypatch.setenv("FTW_GGUF_CUDA_Q8_F16", "both")
+    else:
+        monkeypatch.delenv("FTW_GGUF_CUDA_Q8_F16", raising=False)
+
+
+def q8_step(T, seed, x_scale=None, types=("Q8_0", "Q8_0", "Q8_0"), H=512, I=256, E=8, K=4, d_scale=None):  # noqa: E741
+    """(opts, banks, x, x64, ids, wts) of one step; x_scale: a power of two per token; d_scale:
+    a factor on the f16 d of every other block of every Q8_0 row (blocks far apart in size)."""
+    rng = np.random.default_rng(seed)
+    opts, banks = gguf_layer(types, H, I, E, rng)
+    if d_scale is not None:
+        for name, n in (("gate_up", H), ("down", I)):
+            if types[2 if name == "down" else 0] != "Q8_0":
+                continue
+            b = banks[name].reshape(*banks[name].shape[:-1], n // 32, 34)
+            d = b[..., ::2, 0:2].copy().view(np.float16).astype(np.float32) * d_scale
+            b[..., ::2, 0:2] = d.astype(np.float16).view(np.uint8)
+    x, x64 = bf16_x(T, H, rng)
+    if x_scale is not None:
+        s = np.asarray(x_scale, dtype=np.float64)[:, None]
+        x = (x.float() * torch.from_numpy(s).float().cuda()).to(torch.bfloat16)  # powers of two: exact
+        x64 = x64 * s
+    ids, wts = routing(T, K, E, rng)
+    return opts, banks, x, x64, ids, wts
+
+
+def rel_err_rows(out, ref) -> float:
+    """The largest of the tokens' relative errors (tokens far apart in size each count)."""
+    o = out.double().cpu().numpy()
+    assert np.isfinite(o).all(), "non-finite output"
+    return float(max(np.linalg.norm(o[t] - ref[t]) / np.linalg.norm(ref[t]) for t in range(len(ref))))
+
+
+@pytest.mark.parametrize("mode", F16_MODES)
+@pytest.mark.parametrize("T", [1, 3, 8])
+def test_q8_0_on_the_f16_mma(T, mode, monkeypatch):
+    """Within the tolerance, and more accurate than the bf16 decode of the same step (its weights
+    rounded to 8 bits rather than 11): the f16 path ran (both: 1.4-1.8e-3 against 4.6-4.9e-3
+    measured; gate_up alone keeps down's and act's bf16 roundings)."""
+    f16_mode(monkeypatch, mode)
+    opts, banks, x, x64, ids, wts = q8_step(T, [31, T])
+    ref = reference(opts, banks, 512, 256, x64, ids, wts)
+    err = rel_err(run(opts, banks, x, ids, wts), ref)
+    monkeypatch.setenv("FTW_GGUF_CUDA_Q8_F16", "0")
+    err_bf16 = rel_err(run(opts, banks, x, ids, wts), ref)
+    print(f"gguf cuda accuracy Q8_0 T={T} ({mode}): f16 {err:.2e}, bf16 {err_bf16:.2e}")
+    assert err < REL_TOL
+    assert err < (0.8 if mode == "both" else 1.0) * err_bf16
+
+
+@pytest.mark.parametrize("mode", F16_MODES)
+def test_q8_0_f16_rows_of_tokens_far_apart(mode, monkeypatch):
+    """Tokens 2^24, 2^-24, 1 and 2^12 in one step: each row of x and act takes its own power of
+    two into f16, so each token is as accurate as alone; blocks whose d is 2^-12 of their row's
+    others (products near f16's subnormals) and T = 8 too."""
+    f16_mode(monkeypatch, mode)
+    opts, banks, x, x64, ids, wts = q8_step(4, [32, 4], x_scale=[2.0**24, 2.0**-24, 1.0, 2.0**12])
+    err = rel_err_rows(run(opts, banks, x, ids, wts), reference(opts, banks, 512, 256, x64, ids, wts))
+    print(f"gguf cuda accuracy Q8_0 ({mode}) tokens 2^24, 2^-24, 1, 2^12: {err:.2e} (worst token)")
+    assert err < REL_TOL
+    scales = [2.0**24, 2.0**-24, 1.0, 2.0**12, 2.0**-40, 2.0**40, 0.5, 4.0]  # act ~ x^2 stays a normal bf16
+    opts, banks, x, x64, ids, wts = q8_step(8, [33, 8], x_scale=scales, d_scale=2.0**-12)
+    err = rel_err_rows(run(opts, banks, x, ids, wts), reference(opts, banks, 512, 256, x64, ids, wts))
+    print(f"gguf cuda accuracy Q8_0 ({mode}) T=8 tokens 2^-40 .. 2^40, small blocks: {err:.2e} (worst token)")
+    assert err < REL_TOL
+
+
+@pytest.mark.parametrize("mode", F16_MODES)
+@pytest.mark.parametrize("types", [("Q8_0", "Q8_0", "Q4_K"), ("Q6_K", "Q6_K", "Q8_0"), ("Q8_0", "Q4_K", "Q8_0")])
+def test_q8_0_f16_phase_next_to_other_decoders(types, mode, monkeypatch):
+    """One phase on the f16 mma, the other on another kernel (staged, register-fed bf16, or gate !=
+    up's table-driven decoder): the f16 rows of act wait for whichever phase 0 ran."""
+    f16_mode(monkeypatch, mode)
+    opts, banks, x, x64, ids, wts = q8_step(3, [34, sum(map(ord, "".join(types)))], types=types)
+    err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, 512, 256, x64, ids, wts))
+    print(f"gguf cuda accuracy {'/'.join(types)} T=3: {err:.2e}")
+    assert err < REL_TOL
+
+
+@pytest.mark.parametrize("mode", F16_MODES)
+def test_q8_0_without_room_for_f16_rows_decodes_to_bf16(mode, monkeypatch):
+    """A workspace asked without H has no room for the f16 rows: the bf16 decode, the values of
+    FTW_GGUF_CUDA_Q8_F16=0 (up to the order of down's atomic adds), not the f16 decode's (which
+    differ by ~4e-3)."""
+    f16_mode(monkeypatch, mode)
+    opts, banks, x, x64, ids, wts = q8_step(2, [35])
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(2, 4, 256, 8), dtype=torch.uint8, device="cuda")
+    assert ws.numel() < ce._runtime.cuda_experts_workspace_bytes(2, 4, 256, 8, 512)
+    out = ce.experts_forward(view, x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(), SILU, ws=ws)
+    f16 = run(opts, banks, x, ids, wts)
+    monkeypatch.setenv("FTW_GGUF_CUDA_Q8_F16", "0")
+    bf16 = run(opts, banks, x, ids, wts).double().cpu().numpy()
+    assert rel_err(out, bf16) < 1e-6 < rel_err(f16, bf16)
+    assert rel_err(out, reference(opts, banks, 512, 256, x64, ids, wts)) < REL_TOL
+
+
+@pytest.mark.parametrize("mode", F16_MODES)
+def test_q8_0_f16_decode_step_in_a_cuda_graph(mode, monkeypatch):
+    """Both phases with their f16 rows captured once, replayed with new x (tokens far apart) and
+    routing."""
+    f16_mode(monkeypatch, mode)
+    rng = np.random.default_rng(36)
+    H, I, E, K, T = 512, 256, 16, 8, 4  # noqa: E741
+    opts, banks = gguf_layer(("Q8_0", "Q8_0", "Q8_0"), H, I, E, rng)
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    x = torch.zeros((T, H), dtype=torch.bfloat16, device="cuda")
+    ids = torch.from_numpy(routing(T, K, E, rng)[0]).cuda()
+    wts = torch.zeros((T, K), dtype=torch.float32, device="cuda")
+    out = torch.empty((T, H), dtype=torch.float32, device="cuda")
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture
+        ce.experts_forward(view, x, ids, wts, "silu", out=out, ws=ws, check=False)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ce.experts_forward(view, x, ids, wts, "silu", out=out, ws=ws, check=False)
+    for step in range(3):
+        scale = np.asarray([2.0**12, 1.0, 2.0**-24, 2.0**(6 * step)])[:, None]
+        xs, x64 = bf16_x(T, H, rng)
+        xs = (xs.float() * torch.from_numpy(scale).float().cuda()).to(torch.bfloat16)
+        i_np, w_np = routing(T, K, E, rng)
+        x.copy_(xs), ids.copy_(torch.from_numpy(i_np)), wts.copy_(torch.from_numpy(w_np))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert ce.read_error(ws) is None
+        err = rel_err_rows(out, reference(opts, banks, H, I, x64 * scale, i_np, w_np))
+        assert err < REL_TOL, f"replay {step}: {err:.3g}"
 
 
 def test_type_without_cuda_decoder_refused_by_name():

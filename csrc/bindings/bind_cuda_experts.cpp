@@ -70,14 +70,16 @@ FTW_BINDINGS(cuda_experts) {
 
     m.def(
         "cuda_experts_workspace_bytes",
-        [](int T, int K, int I, int num_experts) -> int64_t {
+        [](int T, int K, int I, int num_experts, int H) -> int64_t {
 #ifdef FTW_WITH_CUDA
-            return ftw::cuda::workspace_bytes(T, K, I, num_experts);
+            return ftw::cuda::workspace_bytes(T, K, I, num_experts, H);
 #else
             no_cuda();
 #endif
         },
-        "T"_a, "K"_a, "I"_a, "num_experts"_a, "Device workspace bytes one experts_forward call needs.");
+        "T"_a, "K"_a, "I"_a, "num_experts"_a, "H"_a = 0,
+        "Device workspace bytes one experts_forward call needs (H > 0: with room for the f16 rows of x "
+        "and act that gguf Q8_0's decode steps read, which otherwise decode to bf16).");
 
     m.def(
         "cuda_decode_ksplit",

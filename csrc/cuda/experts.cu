@@ -24,19 +24,73 @@ std::map<std::string, const CudaFormat*>& table() {
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-// Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16
+// Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16,
+// then, for a decode step (T <= 8, P <= 128) when H is given, the f16 rows of the decoders that
+// take their mma in f16 (experts_kernels.cuh, "f16 rows"): xf16 [T, H] and actf16 [P, I] f16,
+// xinv [T] and actinv [P] f32. `base` is the size without them (callers that do not pass H: those
+// decoders decode to bf16 then).
 struct Layout {
-    int64_t pairs_off, tiles_off, act_off, total;
+    int64_t pairs_off, tiles_off, act_off, base;
+    int64_t xf16_off, actf16_off, xinv_off, actinv_off, total;
 };
 
-Layout layout(int T, int K, int I, int E) {
+Layout layout(int T, int K, int I, int E, int H) {
     const int64_t P = int64_t(T) * K;
     Layout l;
     l.pairs_off = 256;
     l.tiles_off = l.pairs_off + align256(P * 4);
     l.act_off = l.tiles_off + align256(int64_t(max_tiles(int(P), 16, E)) * 16);
-    l.total = l.act_off + align256(P * I * 2);
+    l.base = l.act_off + align256(P * I * 2);
+    l.xf16_off = l.actf16_off = l.xinv_off = l.actinv_off = -1;
+    l.total = l.base;
+    if (H > 0 && T <= 8 && P <= kDecodeMaxPairs) {
+        l.xf16_off = l.base;
+        l.actf16_off = l.xf16_off + align256(int64_t(T) * H * 2);
+        l.xinv_off = l.actf16_off + align256(P * I * 2);
+        l.actinv_off = l.xinv_off + align256(int64_t(T) * 4);
+        l.total = l.actinv_off + align256(P * 4);
+    }
     return l;
+}
+
+// f16_rows: one block per row. The row's largest |x| (bf16 bits: magnitudes order as integers),
+// 2^k putting it in [2^14, 2^15) (k clamped to [-126, 126]), each value as f16(x 2^k) in place
+// (8 per thread: one uint4 in, one out), and 2^-k into inv.
+constexpr int kF16RowThreads = 256;
+
+__global__ void __launch_bounds__(kF16RowThreads) f16_rows_kernel(const __nv_bfloat16* src, int n, uint4* dst,
+                                                                   float* inv) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before wrote src (act)
+    __shared__ uint32_t warp_max[kF16RowThreads / 32];
+    const int m = n / 8;
+    const uint4* s = reinterpret_cast<const uint4*>(src + int64_t(blockIdx.x) * n);
+    uint4* d = dst + int64_t(blockIdx.x) * m;
+    uint32_t mx = 0;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint4 v = s[i];
+        for (uint32_t w : {v.x, v.y, v.z, v.w}) mx = max(mx, max(w & 0x7FFFu, (w >> 16) & 0x7FFFu));
+    }
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = 0;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) mx = max(mx, warp_max[w]);
+    const int e = mx == 0 ? 0 : max(int(mx >> 7), 1) - 127;  // exponent of the largest (subnormals: -126)
+    const int k = mx == 0 ? 0 : min(max(14 - e, -126), 126);
+    const float scale = __uint_as_float(uint32_t(k + 127) << 23);
+    if (threadIdx.x == 0) inv[blockIdx.x] = __uint_as_float(uint32_t(127 - k) << 23);
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        const uint4 v = s[i];
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const __half2 h = __floats2half2_rn(__uint_as_float(w[j] << 16) * scale,
+                                                __uint_as_float(w[j] & 0xFFFF0000u) * scale);
+            w[j] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+        d[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
 }
 
 std::string bank_where(const std::string& fmt, const BankNeed& n) {
@@ -183,6 +237,12 @@ void check_launch(const char* what) {
     if (e != cudaSuccess) throw CudaError(std::string("CUDA error launching the experts ") + what + ": " + cudaGetErrorString(e));
 }
 
+void launch_f16_rows(const __nv_bfloat16* src, int rows, int n, __half* dst, float* inv, cudaStream_t stream,
+                     bool programmatic) {
+    launch_kernel(f16_rows_kernel, dim3(rows), dim3(kF16RowThreads), 0, stream, programmatic, src, n,
+                  reinterpret_cast<uint4*>(dst), inv);
+}
+
 void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
     const cudaError_t e = cudaMemsetAsync(p.out, 0, size_t(p.T) * p.H * sizeof(float), stream);
     if (e != cudaSuccess) throw CudaError(std::string("CUDA error clearing the experts output: ") + cudaGetErrorString(e));
@@ -190,7 +250,7 @@ void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream) {
     check_launch("routing kernel");
 }
 
-int64_t workspace_bytes(int T, int K, int I, int num_experts) { return layout(T, K, I, num_experts).total; }
+int64_t workspace_bytes(int T, int K, int I, int num_experts, int H) { return layout(T, K, I, num_experts, H).total; }
 
 int decode_ksplit(int in, int vec, int blocks, int sms) { return k_split(in, vec, blocks, sms); }
 
@@ -234,10 +294,10 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     if ((p.T > 8 || pairs > kDecodeMaxPairs) && max_tiles(pairs, 64, view.num_experts) > 65535)
         throw ShapeError(where + "T * top_k = " + std::to_string(pairs) + " pairs is more than one launch covers "
                          "(about 4 million); split the step");
-    const Layout l = layout(p.T, p.K, p.I, view.num_experts);
-    if (p.workspace_bytes < l.total)
+    const Layout l = layout(p.T, p.K, p.I, view.num_experts, p.H);
+    if (p.workspace_bytes < l.base)
         throw ShapeError(where + "workspace of " + std::to_string(p.workspace_bytes) + " bytes, needs " +
-                         std::to_string(l.total));
+                         std::to_string(l.base));
 
     KernelParams kp{};
     for (int k = 0; k < kMaxBanks; ++k) {
@@ -258,6 +318,12 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     kp.sorted_pairs = reinterpret_cast<int32_t*>(ws + l.pairs_off);
     kp.tiles = reinterpret_cast<int4*>(ws + l.tiles_off);
     kp.act = reinterpret_cast<__nv_bfloat16*>(ws + l.act_off);
+    if (l.xf16_off >= 0 && p.workspace_bytes >= l.total) {  // room for the f16 rows of x and act
+        kp.xf16 = reinterpret_cast<__half*>(ws + l.xf16_off);
+        kp.actf16 = reinterpret_cast<__half*>(ws + l.actf16_off);
+        kp.xinv = reinterpret_cast<float*>(ws + l.xinv_off);
+        kp.actinv = reinterpret_cast<float*>(ws + l.actinv_off);
+    }
 
     if (act.kind != ActKind::Silu && act.kind != ActKind::SwigluOai)
         throw UnsupportedError(where + "unknown activation kind " + std::to_string(int(act.kind)));

@@ -30,7 +30,7 @@ struct ActivationSpec {
 struct ExpertsProblem {
     int H = 0, I = 0, T = 0, K = 0;
     uintptr_t x = 0, topk_ids = 0, topk_weights = 0, out = 0;
-    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E) bytes
+    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E[, H]) bytes
     int64_t workspace_bytes = 0;
     int num_slots = 0;  // slots in the pool: slot_of_expert entries must be in [0, num_slots)
 };
@@ -44,8 +44,9 @@ struct FormatOptions {
 };
 
 // Device bytes the forward needs for its routing tables and the activations between gate_up
-// and down (bf16 [T*K, I]).
-int64_t workspace_bytes(int T, int K, int I, int num_experts);
+// and down (bf16 [T*K, I]); with H > 0, for a decode step also the f16 rows of x and act that
+// the decoders with an f16 mma read (gguf Q8_0), which otherwise decode to bf16.
+int64_t workspace_bytes(int T, int K, int I, int num_experts, int H = 0);
 
 // Checks everything it can without reading device memory (format name, bank row sizes and
 // alignment, shapes, options) and throws ShapeError / FormatError / UnsupportedError before any

@@ -10,7 +10,8 @@
 // Prefill (experts_proj): the routing kernel (experts.cu) first groups the (token, k) pairs by
 // expert into tiles of up to 64 pairs of one expert, each with the expert's slot.
 //
-// The matrix step is mma.sync m16n8k16 (bf16 in, f32 accumulate). Each lane reads 16 contiguous
+// The matrix step is mma.sync m16n8k16 (bf16 in, f32 accumulate; f16 in for a decoder with kF16,
+// x then from f16 rows: "f16 rows" below). Each lane reads 16 contiguous
 // bytes of a weight row per step, exactly as the file stores them, and its decoder turns them
 // into bf16 pairs in registers. A dot product does not care in which order k is summed, so the
 // decoder may emit the pairs in any fixed order (fp4 gives (v0, v4), (v1, v5), ...) as long as
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,6 +59,12 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
+    // decode steps of the f16-mma decoders ("f16 rows" below): x and act as f16 rows scaled by a
+    // power of two each, and its inverse per row; null where the workspace has no room for them
+    __half* xf16;  // [T, H]
+    __half* actf16;  // [T*K, I]
+    float* xinv;  // [T]
+    float* actinv;  // [T*K]
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -160,6 +168,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
                                          uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// m16n8k16 f16 x f16 -> f32, fragments as mma_bf16's (the f16-mma decoders: kF16)
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -311,6 +329,17 @@ struct ChunkRowOf<Dec, false> {
     using type = int;
 };
 
+// A decoder whose decode emits f16 pairs (optional Dec::kF16): experts_decode's shaped loop then
+// takes x or act from the f16 rows ("f16 rows" below) and runs mma_f16.
+template <class Dec>
+struct F16Mma {
+    template <class D>
+    static constexpr bool test(decltype(D::kF16)*) { return D::kF16; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<Dec>(nullptr);
+};
+
 // Decode (T <= 8): the weights are the M side of the mma (16 rows: lane group g reads rows g and
 // g + 8 of a tile), the step's pairs of one expert the N side (8 columns), so one mma.sync serves
 // 16 rows; KS warps split the input dimension; each lane keeps D chunks of weights in flight.
@@ -430,6 +459,8 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
     constexpr int D = Shape::D;
     constexpr bool CS = HasChunkScale<Dec>::value;
     constexpr bool XR = Shape::XRing, SR = Shape::ScaleRing;
+    constexpr bool F16 = F16Mma<Dec>::value;  // x (act) from the f16 rows, mma_f16
+    static_assert(!(F16 && Legacy), "the f16-mma decoders run the shaped loop only");
     using ChunkRow = typename ChunkRowOf<Dec>::type;
     const int KS = blockDim.x / 32;
     const int slot = tile.slot;
@@ -457,10 +488,13 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
             if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
         }
-    const __nv_bfloat16* xrow = nullptr;
+    const void* xrow = nullptr;  // the pair's x (act): bf16, or f16 for the f16-mma decoders
     if (g < tile.count) {
         const int pair = tile.pairs[g];
-        xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+        if constexpr (F16)
+            xrow = PH == 0 ? p.xf16 + int64_t(pair / p.K) * p.H : p.actf16 + int64_t(pair) * p.I;
+        else
+            xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
     }
 
     float acc[NT][4];
@@ -470,7 +504,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
         for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
 
     if constexpr (Legacy) {
-        decode_expert_legacy<Dec, PH, NT>(p, tile, acc, row, rok, crow, xrow);
+        decode_expert_legacy<Dec, PH, NT>(p, tile, acc, row, rok, crow, static_cast<const __nv_bfloat16*>(xrow));
     } else {
         // A stage: one chunk's weight units of every row of the lane, and what XRing / ScaleRing
         // load with them (unused members cost no registers).
@@ -482,7 +516,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
         Stage ring[D];
         auto load_x = [&](int c, uint4 (&x)[NX]) {
             const int u = c * 4 + tig;
-            const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(u) * V);
+            const uint4* src = static_cast<const uint4*>(xrow) + int64_t(u) * NX;  // 2 bytes per value
 #pragma unroll
             for (int i = 0; i < NX; ++i) x[i] = (xrow != nullptr && u < nunits) ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
         };
@@ -517,9 +551,10 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             }
         };
         auto stage_scale = [&](const float (&sc)[NT][2], int n, int h) { return sc[share_n ? 0 : n][share_h ? 0 : h]; };
-        // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read
+        // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read; the
+        // f16-mma decoders' phases: the f16 rows of x (act) written
         auto wait_phase0 = [] {
-            if constexpr (PH == 1 && Shape::Pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+            if constexpr ((PH == 1 && Shape::Pdl) || F16) asm volatile("griddepcontrol.wait;" ::: "memory");
         };
         if constexpr (XR) wait_phase0();
 #pragma unroll
@@ -562,9 +597,14 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
                     Dec::permute(xr, xa);
                     float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                    for (int s = 0; s < V / 4; ++s)
-                        mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                 xa[2 * s + 1]);
+                    for (int s = 0; s < V / 4; ++s) {
+                        if constexpr (F16)
+                            mma_f16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                    xa[2 * s + 1]);
+                        else
+                            mma_bf16(CS ? part : acc[n], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                     xa[2 * s + 1]);
+                    }
                     if constexpr (CS) {
                         const float s0 = SR ? stage_scale(sc, n, 0) : chunk_scale(n, 0, c);
                         const float s1 = SR ? stage_scale(sc, n, 1) : chunk_scale(n, 1, c);
@@ -596,6 +636,11 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
             const int q = 2 * tig + e;
             if (q >= tile.count) continue;
             const int pair = tile.pairs[q];
+            if constexpr (F16) {  // the inverse of the power of two the pair's x (act) row was scaled by
+                const float inv = PH == 0 ? p.xinv[pair / p.K] : p.actinv[pair];
+#pragma unroll
+                for (int n = 0; n < NT; ++n) acc[n][e] *= inv, acc[n][2 + e] *= inv;
+            }
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 if (PH == 0) {
@@ -1451,15 +1496,43 @@ struct ClassicOf {
     using type = decltype(test<Dec>(0));
 };
 
+// ---- f16 rows ----------------------------------------------------------------------------------
+//
+// A decoder with kF16 (gguf Q8_0: an int8 times its f16 scale, rounded once to f16's 11 bits)
+// feeds mma m16n8k16 f16, so x (phase 0) and act (phase 1) enter as f16 too. f16 has 5 exponent
+// bits, so each row (token, pair) is scaled by the power of two 2^k that puts its largest |x| in
+// [2^14, 2^15): every bf16 value of the row down to 2^-28 of its largest is then exact (8 bits in
+// f16's 11, a normal f16), smaller ones f16 subnormals within 2^-25 absolute (2^-39 of the
+// largest); k is clamped to [-126, 126], so only rows whose largest |x| is under 2^-112 keep
+// fewer bits. launch_f16_rows (experts.cu) writes them, in the order of the row, once per phase
+// before the phase's kernel, which is its programmatic dependent (it waits before reading them),
+// with 2^-k per row, which the epilogue applies to the row's sums. The workspace has room for
+// them when its size was asked with H (workspace_bytes); p.xf16 is null otherwise, and the
+// decoder's launch (gguf: slice.cuh) takes its bf16 decode then.
+
+// Rows of src [rows, n] bf16 (n a multiple of 8) into dst [rows, n] f16 and inv [rows] (experts.cu).
+// programmatic: launched as a programmatic dependent of the kernel before it, which it waits for
+// before reading src (its own dependent may start at once).
+void launch_f16_rows(const __nv_bfloat16* src, int rows, int n, __half* dst, float* inv, cudaStream_t stream,
+                     bool programmatic);
+
 // experts_decode's launch: a block row per distinct expert (every 8th), a block per NT 16-row
-// tiles, k_split warps per block.
+// tiles, k_split warps per block; for an f16-mma decoder after the f16 rows of x (act).
 template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy>
 void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     constexpr int NT = RegisterShapeOf<C>::NT;
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
-    const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
+    bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
+    if constexpr (F16Mma<C>::value) {
+        if (PH == 0)
+            launch_f16_rows(p.x, p.T, p.H, p.xf16, p.xinv, stream, false);
+        else  // after the phase 0 kernel, which wrote act
+            launch_f16_rows(p.act, p.T * p.K, p.I, p.actf16, p.actinv, stream, programmatic_launch());
+        check_launch(PH == 0 ? "f16 rows of x" : "f16 rows of act");
+        programmatic = programmatic_launch();
+    }
     launch_kernel(experts_decode<C, PH, NT, Legacy>, dim3(nx, ny), dim3(32 * ks), 0, stream, programmatic, p);
 }
 

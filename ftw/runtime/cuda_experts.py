@@ -127,11 +127,12 @@ def _from_numpy(a) -> torch.Tensor:
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def workspace(T: int, K: int, I: int, E: int, device: torch.device) -> torch.Tensor:  # noqa: E741
-    """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks), one per
-    device: calls on one stream may share it; callers running layers on several streams at once,
-    or capturing CUDA graphs, pass their own `ws` and keep it alive."""
-    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E))
+def workspace(T: int, K: int, I: int, E: int, device: torch.device, H: int = 0) -> torch.Tensor:  # noqa: E741
+    """A cached device workspace big enough for (T, K, I, E) and, with H, for the f16 rows of x
+    and act that gguf Q8_0's decode steps read (grows, never shrinks), one per device: calls on
+    one stream may share it; callers running layers on several streams at once, or capturing CUDA
+    graphs, pass their own `ws` (cuda_experts_workspace_bytes(T, K, I, E, H)) and keep it alive."""
+    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E, H))
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, 0)
     ws = _workspaces.get(key)
@@ -265,9 +266,9 @@ def experts_forward(
         out = torch.empty((T, H), dtype=torch.float32, device=dev)
     elif out.shape != (T, H) or out.dtype != torch.float32 or not out.is_contiguous() or out.device != dev:
         raise FormatError(f"{where}out must be a contiguous float32 [{T}, {H}] tensor on {dev}")
-    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, view.num_experts))
+    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, view.num_experts))  # without H: bf16 decode
     if ws is None:
-        ws = workspace(T, K, I, view.num_experts, dev)
+        ws = workspace(T, K, I, view.num_experts, dev, H)
     elif ws.numel() * ws.element_size() < need:
         raise FormatError(f"{where}workspace of {ws.numel() * ws.element_size()} bytes, needs {need}")
     bases, strides, bias_dtype, scale_dtype = _bank_args(view, H, I)

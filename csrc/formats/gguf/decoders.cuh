@@ -40,7 +40,9 @@
 // within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
 // ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
 // measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
-// Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
+// Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic), except in
+// a decode step's gate_up, which it decodes to f16 for mma in f16 (Fast<Q8_0>::decode_f16: q * d
+// rounded once to f16's 11 bits, x exact in f16 rows scaled per token); MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
 #pragma once
@@ -654,6 +656,18 @@ __device__ __forceinline__ uint32_t badd2(uint32_t a, uint32_t b) {
 }
 
 // s rounded to bf16, in both halves
+// f16x2 arithmetic (the f16 decode of Q8_0)
+__device__ __forceinline__ uint32_t hsub2_f16(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
 __device__ __forceinline__ uint32_t bf16x2_of(float s) { return pack_bf16x2(s, s); }
 
 // bf16x2 of (128 + bias, 128 + bias): what bsub2 takes off the biased pairs below
@@ -831,7 +845,9 @@ struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {
 template <>
 struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
-    static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
+    // the bf16 decode's way (H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x); the f16
+    // decode's bytes are loaded (F16Decoder)
+    static constexpr bool kPrefetch = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
         span_words(raw.s, v);
@@ -848,6 +864,41 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
             for (int b = 0; b < 4; ++b) qf[b] = __fsub_rn(magic_byte(x, b), kTwo23 + 128.0f);
             w[2 * k] = f(prmt(__float_as_uint(qf[0]), __float_as_uint(qf[1]), 0x7632u));
             w[2 * k + 1] = f(prmt(__float_as_uint(qf[2]), __float_as_uint(qf[3]), 0x7632u));
+        }
+    }
+    // d (in both halves) and the 32 quant bytes as 8 words, from the span's words at the block's
+    // offset o in them, which is even (0, 2, 4, 6): the words moved by o & 4 (a select each), then
+    // a prmt per word by o & 2, where bytes_at's general network takes two selects and a funnel
+    // shift per word.
+    __device__ static uint32_t split(const Raw& raw, uint32_t (&q)[8]) {
+        uint32_t v[10], a[10];
+        span_words(raw.s, v);
+#pragma unroll
+        for (int j = 0; j < 10; ++j) a[j] = raw.o & 4 ? (j < 9 ? v[j + 1] : 0u) : v[j];
+        const uint32_t sel = raw.o & 2 ? 0x7654u : 0x5432u;  // the quants from byte 4 or 2 of a pair of words
+#pragma unroll
+        for (int k = 0; k < 8; ++k) q[k] = prmt(a[k], a[k + 1], sel);
+        return prmt(a[0], 0u, raw.o & 2 ? 0x3232u : 0x1010u);
+    }
+    // The same values as f16 pairs, for mma in f16 (F16Decoder): 8 bits do fit an f16 magic. The
+    // byte u = q + 128 under the exponent bits of f16 1024 (0x64) is 1024 + u exactly (one prmt
+    // makes a pair), minus 1152 is q (exact), times d (f16 itself) is q d rounded once to f16's 11
+    // bits: 3 instructions per pair where decode above takes 7. (An fma (1024 + u) d - 1152 d would
+    // save the subtraction, but 1152 d needs 4 more bits than d has.) Range: q d is a normal f16,
+    // rounded once, for 2^-14 <= |q d| < 65520, so for every q != 0 of a block with 2^-14 <= d < 2^9
+    // (real Q8_0 weights: d = max |w| / 127 near 1e-4 .. 1e-2); a smaller product is an f16
+    // subnormal, within 2^-25 absolute (not worse than the bf16 decode's 2^-9 relative for |q d| >=
+    // 2^-16), a larger one inf: a block with |w| up to 65504 and more does not fit (the output
+    // turns non-finite, not silently wrong; FTW_GGUF_CUDA_Q8_F16=0 keeps the bf16 decode).
+    __device__ static void decode_f16(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[8];
+        const uint32_t d2 = split(raw, q);
+        constexpr uint32_t k1152 = 0x64806480u;  // f16x2 (1152, 1152)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t x = q[k] ^ 0x80808080u;  // u = q + 128
+            w[2 * k] = hmul2_f16(hsub2_f16(prmt(x, 0x64u, 0x4140u), k1152), d2);  // bytes (u0, 0x64, u1, 0x64)
+            w[2 * k + 1] = hmul2_f16(hsub2_f16(prmt(x, 0x64u, 0x4342u), k1152), d2);
         }
     }
 };
@@ -1455,18 +1506,27 @@ struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedO
             return F::load(row, u);
         }
     }
-    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+    // the unit's values as bf16 pairs, or (F16) as f16 pairs (Fast<T>::decode_f16)
+    template <bool F16 = false>
+    __device__ static void decode_as(const Raw& raw, uint32_t (&w)[16]) {
+        auto values = [&](const typename F::Raw& r) {
+            if constexpr (F16)
+                F::decode_f16(r, w);
+            else
+                F::decode(r, w);
+        };
         if constexpr (Prefetched) {
             if (raw.row == nullptr) {
 #pragma unroll
                 for (int i = 0; i < 16; ++i) w[i] = 0u;
                 return;
             }
-            F::decode(F::load(raw.row, raw.u), w);
+            values(F::load(raw.row, raw.u));
         } else {
-            F::decode(raw, w);
+            values(raw);
         }
     }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) { decode_as<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
         if constexpr (HasPermute<F>::value)
             F::permute(x, a);
@@ -1491,6 +1551,42 @@ struct ShapedDecoder : Dec {
     using RegisterShape = ::ftw::cuda::RegisterShape<0, 0, false, 128, false, 0, true>;
     using Classic = ShapedDecoder;
 };
+
+// A register-fed TypedDecoder whose type also decodes to f16 (Fast<T>::decode_f16: Q8_0): the same
+// loads, the values as f16 pairs for mma in f16, x and act from the f16 rows (experts_kernels.cuh,
+// "f16 rows"). Decode steps only, in the shaped loop (ShapedDecoder<F16Decoder<...>>), where the
+// workspace has room for the f16 rows, for the projections f16_decode names. The unit's bytes are
+// loaded into the ring's registers (TypedDecoder<T, false, ...>), not prefetched into the L1 as
+// Q8_0's bf16 decode has them: with the f16 decode's fewer instructions that measured faster
+// (H200, deepseek-v3 T=1: 229 us against 258 us prefetched; the bf16 decode gains nothing from
+// loading, Fast<Q8_0>::kPrefetch).
+template <class Dec>
+struct F16Decoder : Dec {
+    static constexpr bool kF16 = true;
+    __device__ static void decode(const typename Dec::Raw& raw, uint32_t (&w)[16]) {
+        Dec::template decode_as<true>(raw, w);
+    }
+};
+
+template <class F>
+struct HasF16Decode {  // Fast<T>::decode_f16
+    template <class D>
+    static constexpr bool test(decltype(&D::decode_f16)) { return true; }
+    template <class D>
+    static constexpr bool test(...) { return false; }
+    static constexpr bool value = test<F>(nullptr);
+};
+
+// Which decode-step projections of the types with an f16 decode run it (FTW_GGUF_CUDA_Q8_F16,
+// read at every launch): unset, gate_up (down keeps the bf16 decode: the f16 rows of act cost
+// more than down gained, docs/BENCHMARKS.md); "both": gate_up and down; "0": neither (the bench's
+// and the tests' comparisons)
+enum class F16Decode { kNone, kGateUp, kBoth };
+inline F16Decode f16_decode() {
+    const char* e = std::getenv("FTW_GGUF_CUDA_Q8_F16");
+    const std::string v = e ? e : "";
+    return v == "0" ? F16Decode::kNone : v == "both" ? F16Decode::kBoth : F16Decode::kGateUp;
+}
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

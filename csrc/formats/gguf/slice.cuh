@@ -43,6 +43,12 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
         if constexpr (!StagedDefault<Fast<U>>::value) {  // (else unreachable: no kernel made)
+            if constexpr (HasF16Decode<Fast<U>>::value) {  // on the f16 mma where the workspace has room
+                const F16Decode f = f16_decode();
+                const bool f16 = phase == 0 ? f != F16Decode::kNone : f == F16Decode::kBoth;
+                if (f16 && decode_step(p) && !legacy_register_loop() && p.xf16 != nullptr)
+                    return launch_with<ShapedDecoder<F16Decoder<TypedDecoder<U, false, false>>>, true>(phase, p, stream);
+            }
             if (decode_step(p) && !legacy_register_loop())
                 return launch_with<ShapedDecoder<TypedDecoder<U, pf, false>>, true>(phase, p, stream);
         }
