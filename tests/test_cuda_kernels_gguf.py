@@ -222,8 +222,9 @@ def test_staged_rows_ending_in_a_partial_chunk(name, monkeypatch):
 # the staged kernel's byte-stream variants (FTW_CUDA_STAGED_BYTES): the default (copies as a
 # 32-bit count of pieces, full chunks without per-unit checks) and "0", both as before
 STAGED_BYTES = ["", "0"]
-# and the ring's stages for the wide byte-stream chunks (Q6_K, Q8_0: FTW_CUDA_STAGED_STAGES)
-STAGES = ["", "2", "3"]
+# and the ring's stages for the wide byte-stream chunks (Q6_K, Q8_0: FTW_CUDA_STAGED_STAGES;
+# the default "" is 2)
+STAGES = ["", "3", "4"]
 
 
 @pytest.mark.parametrize("variant", STAGED_BYTES)
@@ -243,7 +244,8 @@ def test_staged_kernel_byte_stream_variants(types, size, variant, monkeypatch):
 @pytest.mark.parametrize("types, size", [(("Q6_K", "Q6_K", "Q8_0"), {"H": 2048, "I": 512, "E": 16, "K": 8}),
                                          (("Q8_0", "Q8_0", "Q8_0"), {"H": 352, "I": 160})])
 def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
-    """Rings of 2, 3 (and 4) stages decode the same values, across items and in partial chunks."""
+    """Rings of 2 (the default), 3 and 4 stages decode the same values, across items and in
+    partial chunks."""
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, 3 if "K" not in size else 8, [9, sum(map(ord, "".join(types))), STAGES.index(stages)], **size)

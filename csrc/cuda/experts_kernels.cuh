@@ -1544,12 +1544,17 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
             if constexpr (ByteStream<Dec>::value && StageShape<Dec>::kPitch >= 13) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
                 // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
-                // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). FTW_CUDA_STAGED_STAGES
-                // =2|3 runs fewer (with the default kByteStreamOpt): tested, not yet timed
+                // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). 2 stages, by
+                // measurement (H200, T=1, x the ceiling: deepseek-v3 Q8_0 0.42 -> 0.63, Q6_K 0.33
+                // -> 0.49; qwen3-30b-a3b 0.25 -> 0.37, 0.28 -> 0.32; 3 stages in between);
+                // FTW_CUDA_STAGED_STAGES=3|4 runs more, FTW_CUDA_STAGED_BYTES=0 the byte-stream
+                // path as it was, 4 stages included (benchmarks, tests)
                 const char* v = std::getenv("FTW_CUDA_STAGED_STAGES");
-                const int n = v != nullptr ? std::atoi(v) : 4;
-                if (n == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
-                if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
+                const int n = v != nullptr ? std::atoi(v) : 2;
+                if (byte_stream_opt() == kByteStreamOpt && n != 4) {
+                    if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
+                    return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
+                }
             }
             launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
