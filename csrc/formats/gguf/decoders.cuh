@@ -828,8 +828,8 @@ template <>
 struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
-    // H200, T=1: 0.44x with the staged kernel's kOptCopy32 | kOptFull (0.40x without), the shaped
-    // register-fed loop 0.34x
+    // H200, T=1: 0.44x with the staged kernel's kOptCopy32 | kOptFull (0.40x without), 0.63x with
+    // its ring of 2 stages (launch_decode; qwen3-30b-a3b size 0.37x), the shaped register-fed loop 0.34x
     static constexpr bool kStaged = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
@@ -1039,7 +1039,9 @@ template <>
 struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
-    static constexpr bool kStaged = true;    // H200: 0.27x at T=1, faster at T=8 (0.25x / 0.23x); 0.30x with ld.shared
+    // H200, T=1, staged: 0.27x (faster at T=8: 0.25x / 0.23x); 0.30x with ld.shared, 0.49x with a
+    // ring of 2 stages (launch_decode)
+    static constexpr bool kStaged = true;
     struct Raw {
         Span<32, 2> ql, qh;
         uint32_t sc, d;  // the 4-byte words holding the unit's two scales and d
