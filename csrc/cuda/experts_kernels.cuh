@@ -281,25 +281,30 @@ __device__ inline Tile decode_tile(const KernelParams& p, int e, const int* s_id
     return t;
 }
 
-template <class Dec>
-struct HasChunkScale {
-    template <class D>
-    static constexpr bool test(decltype(D::kChunkScale)*) { return D::kChunkScale; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<Dec>(nullptr);
-};
+// A decoder's optional members, looked up at compile time (one mechanism for every optional
+// interface here and in the gguf decoders): FTW_OPTIONAL_MEMBER(Name, member, T, fallback) defines
+// Name<D>::value, D::member where D declares it, else fallback; FTW_HAS_MEMBER(Name, member)
+// whether D declares it.
+#define FTW_OPTIONAL_MEMBER(Name, member, T, fallback)        \
+    template <class D, class = void>                           \
+    struct Name {                                              \
+        static constexpr T value = fallback;                   \
+    };                                                         \
+    template <class D>                                         \
+    struct Name<D, std::void_t<decltype(&D::member)>> {        \
+        static constexpr T value = D::member;                  \
+    }
+#define FTW_HAS_MEMBER(Name, member)                           \
+    template <class D, class = void>                           \
+    struct Name : std::false_type {};                          \
+    template <class D>                                         \
+    struct Name<D, std::void_t<decltype(&D::member)>> : std::true_type {}
+
+FTW_OPTIONAL_MEMBER(HasChunkScale, kChunkScale, bool, false);
 
 // Rows sharing one chunk scale row, in aligned groups (optional Dec::kScaleRows; 1: none known):
 // the register-fed decode loads one scale per group of its tiles' rows.
-template <class Dec>
-struct ScaleRowsOf {
-    template <class D>
-    static constexpr int test(decltype(D::kScaleRows)*) { return D::kScaleRows; }
-    template <class D>
-    static constexpr int test(...) { return 1; }
-    static constexpr int value = test<Dec>(nullptr);
-};
+FTW_OPTIONAL_MEMBER(ScaleRowsOf, kScaleRows, int, 1);
 
 // Where a chunk-scaled decoder's row scales start (ChunkRow), or nothing for other decoders.
 template <class Dec, bool CS = HasChunkScale<Dec>::value>
@@ -678,14 +683,12 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
 // 16 bytes holding a bank's last byte is read.
 // A decoder without the interface keeps experts_decode. FTW_CUDA_DECODE=classic / =staged
 // overrides the default for every decoder that has it (benchmarks).
+FTW_HAS_MEMBER(HasStaged, kStaged);
+FTW_OPTIONAL_MEMBER(StagedPreferred, kStaged, bool, false);  // (also gguf's Fast<T>::kStaged)
 template <class Dec>
 struct Staged {
-    template <class D>
-    static constexpr int test(decltype(D::kStaged)*) { return D::kStaged ? 2 : 1; }
-    template <class D>
-    static constexpr int test(...) { return 0; }
-    static constexpr bool available = test<Dec>(nullptr) > 0;
-    static constexpr bool preferred = test<Dec>(nullptr) == 2;
+    static constexpr bool available = HasStaged<Dec>::value;
+    static constexpr bool preferred = StagedPreferred<Dec>::value;
 };
 
 // 16 bytes global -> shared, L2 only; bytes = 0 zero-fills the destination without reading.
@@ -745,14 +748,7 @@ __device__ int staged_route(const KernelParams& p, StagedRouting& rt) {
     return rt.meta[0];
 }
 
-template <class Dec>
-struct ByteStream {
-    template <class D>
-    static constexpr bool test(decltype(D::kChunkBytes)*) { return true; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<Dec>(nullptr);
-};
+FTW_HAS_MEMBER(ByteStream, kChunkBytes);
 
 // A stage: 16 rows of kPitch 16-byte units; kCopy of them per row are copied (8 units of 16
 // bytes, or a byte-stream chunk's covering pieces).
@@ -799,14 +795,7 @@ constexpr int kStagedOptAll = kOptDecode;
 // two accumulators per lane, 3 blocks per SM (168 registers), a lane's units 2 tig and 2 tig + 1.
 constexpr int kOptCopy32 = 2, kOptFull = 4;
 
-template <class Dec>
-struct HasDecodeV0 {
-    template <class D>
-    static constexpr bool test(decltype(&D::decode_v0)) { return true; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<Dec>(nullptr);
-};
+FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 
 template <class Dec, int OPT, class Raw, class W>
 __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {

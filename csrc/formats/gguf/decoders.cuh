@@ -1334,50 +1334,13 @@ struct Fast<IQ3_S> {
     }
 };
 
-template <class F>
-struct HasPermute {
-    template <class D>
-    static constexpr bool test(decltype(&D::permute)) { return true; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
-template <class F>
-struct HasPost {
-    template <class D>
-    static constexpr bool test(decltype(&D::kPost)) { return true; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
+FTW_HAS_MEMBER(HasPermute, permute);
+FTW_HAS_MEMBER(HasPost, kPost);
 
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
-template <class F>
-struct HasPrefetch {
-    template <class D>
-    static constexpr bool test(decltype(&D::kPrefetch)) { return D::kPrefetch; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
-template <class F>
-struct StagedDefault {  // Fast<T>::kStaged: decode takes the staged kernel by default
-    template <class D>
-    static constexpr bool test(decltype(&D::kStaged)) { return D::kStaged; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
-
-template <class F>
-struct MinFormOf {  // Fast<T>::kMinForm, -1 for a type without mins
-    template <class D>
-    static constexpr int test(decltype(&D::kMinForm)) { return D::kMinForm; }
-    template <class D>
-    static constexpr int test(...) { return -1; }
-    static constexpr int value = test<F>(nullptr);
-};
+FTW_OPTIONAL_MEMBER(HasPrefetch, kPrefetch, bool, false);
+FTW_OPTIONAL_MEMBER(MinFormOf, kMinForm, int, -1);  // Fast<T>::kMinForm, -1 for a type without mins
 
 template <class T>
 struct Tag {
@@ -1506,14 +1469,8 @@ struct TypeList {};
 using CudaTypes = TypeList<FTW_GGML_CUDA_TYPES(FTW_GGML_LIST_ENTRY) void>;
 #undef FTW_GGML_LIST_ENTRY
 
-template <class F>
-struct GenericSharedDefault {  // Fast<T>::kGenericShared: the staged kernel reads with SharedLoadsGeneric
-    template <class D>
-    static constexpr bool test(decltype(&D::kGenericShared)) { return D::kGenericShared; }
-    template <class D>
-    static constexpr bool test(...) { return false; }
-    static constexpr bool value = test<F>(nullptr);
-};
+// Fast<T>::kGenericShared: the staged kernel reads with SharedLoadsGeneric
+FTW_OPTIONAL_MEMBER(GenericSharedDefault, kGenericShared, bool, false);
 
 // How the staged kernel reads its ring for rows of type T: SharedLoadsGeneric where T says so
 // (kGenericShared) or FTW_GGUF_CUDA_SHARED=generic, SharedLoads where it does not or

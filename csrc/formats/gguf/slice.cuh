@@ -37,12 +37,12 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         constexpr bool pf = HasPrefetch<Fast<U>>::value;
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
-        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedDefault<Fast<U>>::value)) {
+        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedPreferred<Fast<U>>::value)) {
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
-        if constexpr (!StagedDefault<Fast<U>>::value) {  // (else unreachable: no kernel made)
+        if constexpr (!StagedPreferred<Fast<U>>::value) {  // (else unreachable: no kernel made)
             if (decode_step(p) && !legacy_register_loop())
                 return launch_with<ShapedDecoder<TypedDecoder<U, pf, false>>, true>(phase, p, stream);
         }
