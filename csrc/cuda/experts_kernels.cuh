@@ -1303,12 +1303,23 @@ void launch_route(const KernelParams& p, int tile_m, cudaStream_t stream);
 int max_tiles(int pairs, int tile_m, int num_experts);
 void check_launch(const char* what);  // throws CudaError on a launch error
 
+// The switches the benchmarks and tests set (FTW_CUDA_*, FTW_GGUF_CUDA_*): environment variables
+// read at every launch, so that one process can time or test several settings in one run (a
+// captured graph keeps the kernels chosen when it was captured).
+inline const char* env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : fallback;
+}
+inline bool env_is(const char* name, const char* value) { return std::strcmp(env_or(name, ""), value) == 0; }
+inline int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoi(v) : fallback;
+}
+
 // A power of two from 1 to `most` forced by environment variable `name` (benchmarks compare
 // launch shapes in one run), or 0 when unset.
 inline int forced_split(const char* name, int most) {
-    const char* v = std::getenv(name);
-    if (v == nullptr) return 0;
-    const int n = std::atoi(v);
+    const int n = env_int(name, 0);
     return n >= 1 && n <= most && (n & (n - 1)) == 0 ? n : 0;
 }
 
@@ -1340,10 +1351,7 @@ inline int k_split(int in, int vec, int blocks, int sms) {
 
 // FTW_CUDA_PDL=0 launches phase 1 of the staged decode after phase 0 completes (no programmatic
 // dependent launch), for comparison.
-inline bool programmatic_launch() {
-    const char* v = std::getenv("FTW_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}
+inline bool programmatic_launch() { return !env_is("FTW_CUDA_PDL", "0"); }
 
 // A kernel launch, as a programmatic dependent of the stream's previous kernel where
 // `programmatic` (its blocks may start while that kernel's last blocks run; the kernel itself
@@ -1365,17 +1373,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
 
 // FTW_CUDA_REGISTER_SHAPE=legacy: the register-fed decode of every decoder with a RegisterShape in
 // the legacy loop (benchmarks compare them in one run; read at every launch).
-inline bool legacy_register_loop() {
-    const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
-    return v != nullptr && std::strcmp(v, "legacy") == 0;
-}
+inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "legacy"); }
 
 // The staged kernel's variant: FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they
 // keep one (benchmarks time both in one run), else every kOpt* bit.
-inline int staged_opt() {
-    const char* v = std::getenv("FTW_CUDA_STAGED_OPT");
-    return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : kStagedOptAll;
-}
+inline int staged_opt() { return env_is("FTW_CUDA_STAGED_OPT", "0") ? 0 : kStagedOptAll; }
 
 // The staged decode kernel's launch shape for items of `nck` chunks each (`fewest` items when
 // every token picks the same experts, at most `most`): KS warps per block, the smallest of 1, 2,
@@ -1457,10 +1459,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
 // FTW_CUDA_STAGED_BYTES=0 the copies and per-unit checks as before them (benchmarks time both in
 // one run; read at every launch).
 constexpr int kByteStreamOpt = kStagedOptAll | kOptCopy32 | kOptFull;
-inline int byte_stream_opt() {
-    const char* v = std::getenv("FTW_CUDA_STAGED_BYTES");
-    return v != nullptr && std::strcmp(v, "0") == 0 ? kStagedOptAll : kByteStreamOpt;
-}
+inline int byte_stream_opt() { return env_is("FTW_CUDA_STAGED_BYTES", "0") ? kStagedOptAll : kByteStreamOpt; }
 
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
@@ -1482,9 +1481,8 @@ bool staged_decode() {
     if constexpr (!Staged<Dec>::available) {
         return false;
     } else {
-        const char* v = std::getenv("FTW_CUDA_DECODE");
-        if (v != nullptr && std::strcmp(v, "classic") == 0) return false;
-        if (v != nullptr && std::strcmp(v, "staged") == 0) return true;
+        if (env_is("FTW_CUDA_DECODE", "classic")) return false;
+        if (env_is("FTW_CUDA_DECODE", "staged")) return true;
         return Staged<Dec>::preferred;
     }
 }
@@ -1538,8 +1536,7 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // -> 0.49; qwen3-30b-a3b 0.25 -> 0.37, 0.28 -> 0.32; 3 stages in between);
                 // FTW_CUDA_STAGED_STAGES=3|4 runs more, FTW_CUDA_STAGED_BYTES=0 the byte-stream
                 // path as it was, 4 stages included (benchmarks, tests)
-                const char* v = std::getenv("FTW_CUDA_STAGED_STAGES");
-                const int n = v != nullptr ? std::atoi(v) : 2;
+                const int n = env_int("FTW_CUDA_STAGED_STAGES", 2);
                 if (byte_stream_opt() == kByteStreamOpt && n != 4) {
                     if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
@@ -1601,8 +1598,7 @@ template <template <class> class DecT, class Shape, class... Others>
 void launch_shaped(const KernelParams& p, cudaStream_t stream) {
     if (!decode_step(p)) return launch_experts<DecT<RegisterShape<>>>(p, stream);  // prefill's loads as before the shapes
     if (legacy_register_loop()) return launch_register_fed_step<DecT<RegisterShape<>>, true>(p, stream);
-    const char* v = std::getenv("FTW_CUDA_REGISTER_SHAPE");
-    const int i = v != nullptr ? std::atoi(v) : 0;
+    const int i = env_int("FTW_CUDA_REGISTER_SHAPE", 0);
     int k = 0;
     bool done = false;
     auto other = [&](auto shape) {

@@ -107,8 +107,7 @@ using Fp8BlockAny = Fp8BlockDecoder<Shape, false>;
 
 // FTW_CUDA_FP8_SCALES=any: the general scale lookup for 128 x 128 float32 blocks too (benchmarks)
 bool block128(const KernelParams& p) {
-    const char* v = std::getenv("FTW_CUDA_FP8_SCALES");
-    if (v != nullptr && std::strcmp(v, "any") == 0) return false;
+    if (env_is("FTW_CUDA_FP8_SCALES", "any")) return false;
     return p.scale_f32 && p.block_out == 128 && p.block_in == 128;
 }
 

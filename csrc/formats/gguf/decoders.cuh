@@ -1354,9 +1354,9 @@ void with_min_form(G&& g) {
     constexpr int kF = MinFormOf<Fast<T>>::value;
     if constexpr (kF >= 0) {
         static_assert(kMinHiLo + kMinShift == 1, "two forms: the other is 1 - kF");
-        const char* e = std::getenv("FTW_GGUF_CUDA_MIN");
-        const std::string v = e ? e : "";
-        const int f = v == "hilo" ? kMinHiLo : v == "shift" ? kMinShift : kF;
+        const int f = env_is("FTW_GGUF_CUDA_MIN", "hilo")    ? kMinHiLo
+                      : env_is("FTW_GGUF_CUDA_MIN", "shift") ? kMinShift
+                                                             : kF;
         if (f != kF) return g(Tag<WithMin<T, 1 - kF>>{});
     }
     g(Tag<T>{});
@@ -1477,9 +1477,8 @@ FTW_OPTIONAL_MEMBER(GenericSharedDefault, kGenericShared, bool, false);
 // FTW_GGUF_CUDA_SHARED=shared (the bench's comparisons)
 template <class T>
 bool generic_shared_loads() {
-    const char* e = std::getenv("FTW_GGUF_CUDA_SHARED");
-    const std::string v = e ? e : "";
-    return v == "generic" || (v != "shared" && GenericSharedDefault<Fast<T>>::value);
+    return env_is("FTW_GGUF_CUDA_SHARED", "generic") ||
+           (!env_is("FTW_GGUF_CUDA_SHARED", "shared") && GenericSharedDefault<Fast<T>>::value);
 }
 
 }  // namespace

@@ -35,8 +35,7 @@ GgufPhaseLaunch find_launch(int type_id) {
 }
 
 GgufMode mode() {
-    const char* e = std::getenv("FTW_GGUF_CUDA_DECODER");
-    const std::string v = e ? e : "";
+    const std::string v = env_or("FTW_GGUF_CUDA_DECODER", "");
     return v == "table"        ? GgufMode::kTable
            : v == "staged"     ? GgufMode::kStaged
            : v == "loaded"     ? GgufMode::kLoaded
