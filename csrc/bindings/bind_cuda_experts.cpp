@@ -29,6 +29,13 @@ ftw::cuda::ActKind act_kind(const std::string& kind) {
 }
 #endif
 
+// the names a CUDA build lists (formats, ggml types); none without CUDA
+#ifdef FTW_WITH_CUDA
+#define FTW_CUDA_NAMES(call) (call)
+#else
+#define FTW_CUDA_NAMES(call) std::vector<std::string>{}
+#endif
+
 [[noreturn, maybe_unused]] void no_cuda() { throw ftw::UnsupportedError("this ftw._runtime was built without CUDA (no nvcc at build time)"); }
 
 }  // namespace
@@ -36,35 +43,17 @@ ftw::cuda::ActKind act_kind(const std::string& kind) {
 FTW_BINDINGS(cuda_experts) {
     m.def(
         "cuda_experts_formats",
-        []() -> std::vector<std::string> {
-#ifdef FTW_WITH_CUDA
-            return ftw::cuda::experts_formats();
-#else
-            return {};
-#endif
-        },
+        []() -> std::vector<std::string> { return FTW_CUDA_NAMES(ftw::cuda::experts_formats()); },
         "Layer formats with a CUDA expert kernel in this build (empty without CUDA).");
 
     m.def(
         "cuda_ggml_types",
-        []() -> std::vector<std::string> {
-#ifdef FTW_WITH_CUDA
-            return ftw::cuda::ggml_cuda_types();
-#else
-            return {};
-#endif
-        },
+        []() -> std::vector<std::string> { return FTW_CUDA_NAMES(ftw::cuda::ggml_cuda_types()); },
         "ggml types the gguf format decodes on the GPU in this build (empty without CUDA).");
 
     m.def(
         "cuda_ggml_own_decoders",
-        []() -> std::vector<std::string> {
-#ifdef FTW_WITH_CUDA
-            return ftw::cuda::ggml_cuda_own_decoders();
-#else
-            return {};
-#endif
-        },
+        []() -> std::vector<std::string> { return FTW_CUDA_NAMES(ftw::cuda::ggml_cuda_own_decoders()); },
         "Of cuda_ggml_types, those with kernels of their own in this build (the others run the "
         "table-driven decoder).");
 
