@@ -93,6 +93,12 @@ VARIANTS["fp8-any"] = {"FTW_CUDA_FP8_SCALES": "any"}  # fp8_block: the general s
 VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES": "any"}
 # staged kernel (experts_kernels.cuh): the fp4 decoders' previous decode (sopt0), phase 1 items
 # split between blocks forced (parts2) or off (parts1); staged0: both as before
+# staged kernel, rows of 16-byte units: sopt1 = before kOptLean / kOptActPerm (experts_kernels.cuh),
+# slean / sperm = one of the two, swide = both at 128 registers per lane in both phases; swide-off /
+# swide8 = the default with 128 registers for rows of no / at least 8 chunks (default: 24)
+VARIANTS.update({"sopt1": {"FTW_CUDA_STAGED_OPT": "1"}, "slean": {"FTW_CUDA_STAGED_OPT": "lean"},
+                 "sperm": {"FTW_CUDA_STAGED_OPT": "perm"}, "swide": {"FTW_CUDA_STAGED_OPT": "wide"},
+                 "swide-off": {"FTW_CUDA_STAGED_WIDE": "1000000"}, "swide8": {"FTW_CUDA_STAGED_WIDE": "8"}})
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})

@@ -7,6 +7,8 @@ float32 sums, the activation rounded to bf16 once).
 - down's items split between blocks (FTW_CUDA_STAGED_PARTS forces 2 or 4 parts; the launch
   rule splits only at shapes larger than a test's): each part adds its share into out, the
   first one the bias (mxfp4 has biases: a bias added twice is off by far more than the bound);
+- every variant of the staged kernel (FTW_CUDA_STAGED_OPT: the decoders' previous decode, the
+  kernel before the lean producer and act in pair order, each of the two, both at 128 registers);
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -48,6 +50,20 @@ def test_down_items_split_between_blocks(name, parts, T, monkeypatch):
     monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", str(parts))
     # I = 1024: 4 chunks of 256 values per down row for fp4, 8 for mxfp8 (parts of 1-4 chunks)
     out, ref = forward_and_ref(name, 256, 1024, 8, 4, T, [parts, T, STAGED.index(name)])
+    assert rel_err(out, ref) < tol(name)
+
+
+@pytest.mark.parametrize("name", STAGED)
+@pytest.mark.parametrize("opt", ["0", "1", "lean", "perm", "wide", "default"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_staged_variants(name, opt, T, monkeypatch):
+    # every variant of the staged kernel (FTW_CUDA_STAGED_OPT; default: the lean producer and act
+    # stored in the decoders' pair order); I = 160: down rows of 5 units (a partial chunk: units
+    # past the row zero-filled, their sides at the row's last unit), H = 256 rows of 8 units
+    if opt != "default":
+        monkeypatch.setenv("FTW_CUDA_STAGED_OPT", opt)
+    monkeypatch.setenv("FTW_CUDA_DECODE", "staged")
+    out, ref = forward_and_ref(name, 256, 160, 16, 4, T, [T, STAGED.index(name), len(opt)])
     assert rel_err(out, ref) < tol(name)
 
 

@@ -30,6 +30,7 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     // so that one benchmark run times both
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
+    __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };
 

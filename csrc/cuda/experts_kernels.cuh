@@ -156,6 +156,11 @@ __device__ __forceinline__ void permute_fp4(const uint32_t (&x)[NR], uint32_t (&
             a[4 * i + k] = prmt(x[4 * i + k / 2], x[4 * i + 2 + k / 2], (k & 1) ? 0x7632 : 0x5410);
 }
 
+// Where value j of a row goes when the row is stored in permute_fp4's / permute_fp8's pair order
+// (loading that row's contiguous pairs then gives what permute makes of the row as it was).
+__device__ __forceinline__ int fp4_pair_pos(int j) { const int r = j & 7; return (j & ~7) | (r < 4 ? 2 * r : 2 * r - 7); }
+__device__ __forceinline__ int fp8_pair_pos(int j) { const int r = j & 3; return (j & ~3) | (r == 1 ? 2 : r == 2 ? 1 : r); }
+
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
     asm volatile(
@@ -187,14 +192,14 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
 // into the token's output (experts of one token add concurrently: atomic).
 template <class Dec>
 __device__ __forceinline__ void store_activation(const KernelParams& p, int pair, int slot, int j, float gate_acc,
-                                                 float up_acc) {
+                                                 float up_acc, int at = -1) {  // at: act column (j if < 0)
     float gate = gate_acc * Dec::post(p, 0, slot, j);
     float up = up_acc * Dec::post(p, 0, slot, p.I + j);
     if (p.gu_bias_bank >= 0) {
         gate += bias_at(p, p.gu_bias_bank, slot, j);
         up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
     }
-    p.act[int64_t(pair) * p.I + j] = __float2bfloat16_rn(activate(p, gate, up));
+    p.act[int64_t(pair) * p.I + (at < 0 ? j : at)] = __float2bfloat16_rn(activate(p, gate, up));
 }
 
 template <class Dec>
@@ -698,6 +703,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int by
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// 16 bytes from shared memory (volatile: kept after the cp.async wait it follows)
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
 
 // The step's routing, once per block: the distinct experts in order of first appearance, each
 // with its slot (-1: out of range or not resident, skipped and flagged) and its pairs (<= 8).
@@ -784,6 +795,19 @@ constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16
 // scales copied with the weights into shared memory, 3 or 5 warps per block, 6 stages.
 constexpr int kOptDecode = 1;
 constexpr int kStagedOptAll = kOptDecode;
+// 16-byte-unit rows only (nvfp4, mxfp4, ds_fp4, mxfp8; FTW_CUDA_STAGED_OPT picks, staged_unit_opt):
+//   kOptLean     the producer's per-stage work cut to what changes per chunk: each lane's copy
+//                sources kept per item with its unit's offset, one chunk offset and one bounds
+//                check per stage for its 4 copies (was: 64-bit row addresses, two checks and a
+//                select per copy), sides at a clamped unit (the unit past the row is zero-filled),
+//                and the producer's and consumer's "chunk in the item" tests as one count per item
+//   kOptActPerm  phase 0 stores act in the decoder's pair order (Dec::act_pos), so phase 1 loads
+//                its x pairs as they are, without Dec::permute (decoders with act_pos; both phases
+//                of a step run the same variant)
+//   kOptWide     128 registers per lane (4 blocks of 4 warps per SM) instead of 96 (5); by default
+//                only for rows of at least FTW_CUDA_STAGED_WIDE (24) chunks (staged_wide)
+constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32;
+constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
 //                copy, the source clamped to the row's last piece) instead of a 64-bit address
@@ -796,6 +820,7 @@ constexpr int kStagedOptAll = kOptDecode;
 constexpr int kOptCopy32 = 2, kOptFull = 4;
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
+FTW_HAS_MEMBER(HasActPos, act_pos);
 
 template <class Dec, int OPT, class Raw, class W>
 __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
@@ -813,7 +838,7 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 }
 
 template <class Dec, int PH, int S, int OPT>
-__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4 : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
@@ -823,6 +848,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     static_assert(!(BS && CS), "byte-stream rows carry their scales in the stream");
     constexpr int SU = StageShape<Dec>::kUnits, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
     using Side = typename SideOf<Dec>::type;
+    constexpr bool LEAN = (OPT & kOptLean) != 0 && !BS;
+    constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
 
@@ -840,6 +867,9 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
     const uint32_t ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+    // LEAN: the shared addresses of the units this lane decodes in stage 0 (rows g, + 8 rows: +1 KB)
+    const uint32_t lds_unit[2] = {ring_s + (g * 8 + (tig ^ ((g & 1) << 2))) * 16,
+                                  ring_s + (g * 8 + ((tig + 4) ^ ((g & 1) << 2))) * 16};
     float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4][32]
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
@@ -882,21 +912,25 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     // units 8c + (lane & 7); it loads the sides (and chunk scales) of the units this lane will
     // decode: rows g, g + 8, units 8c + tig + 4j.
     int pli = 0, pi = 0, pslot = -1, pc0 = 0;
-    const uint8_t* pw[4];
+    int pnv = 0;  // LEAN: chunks of its item the producer copies (0: none, or the slot is bad)
+    const uint8_t* pw[4];  // LEAN: with this lane's unit offset (lane & 7) * 16
     bool pwok[4];
     typename Dec::Row prow[2];
     typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
     Side side[S][2][2];  // [stage][j][h]
     float cscale[S][2][2];
     auto producer_item = [&]() {
+        pnv = 0;
         if (pli >= nmine) return;
         int band;
         const int dx = item_of(pli, band, pc0);
         pslot = rt.slot[dx];
         if (pslot < 0) return;
+        pnv = max(0, min(cpw, nchunks - pc0));
         const uint8_t* w = Dec::weights(p, PH, pslot);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow;
+        for (int k = 0; k < 4; ++k)
+            pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN ? (lane & 7) * 16 : 0);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             bool ok;
@@ -907,7 +941,27 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     };
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
         const int c = pc0 + pi;
-        if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
+        if constexpr (LEAN) {
+            if (pi < pnv) {
+                // one offset for the lane's 4 copies (the same unit of 4 rows); a unit past the
+                // row's end copies nothing, from the lane's unit of the chunk at offset 0
+                const bool uok = c * 8 + (lane & 7) < nunits;
+                const uint32_t off = uok ? uint32_t(c) * 128u : 0u;
+                const uint32_t dst = ring_s + (d * SU + (lane >> 3) * 8 + ((lane & 7) ^ (((lane >> 3) & 1) << 2))) * 16;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int uj = min(c * 8 + tig + 4 * j, nunits - 1);  // past the row: zero-filled weights
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        side[d][j][h] = Dec::side(prow[h], uj);
+                        if constexpr (CS)
+                            cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
+                    }
+                }
+            }
+        } else if (pli < nmine && pslot >= 0 && pi < cpw && c < nchunks) {
             if constexpr (BS) {
                 // row t's chunk: the aligned 16-byte pieces from the one holding its first byte
                 // up to the one holding its last (the row's last, for a partial last chunk)
@@ -1001,6 +1055,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 }
             }
         }
+        // LEAN: the item's chunks this warp computes, as one count (0: none, or the slot is bad)
+        const int nv = count > 0 ? max(0, min(cpw, nchunks - c0)) : 0;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
@@ -1012,7 +1068,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 const int i = i0 + d, c = c0 + i;
                 cp_async_wait<S - 1>();  // this lane's copies of stage d have landed
                 __syncwarp();            // and every other lane's
-                if (count > 0 && i < cpw && c < nchunks) {  // warp-uniform
+                if (LEAN ? i < nv : count > 0 && i < cpw && c < nchunks) {  // warp-uniform
                     // the chunk's units; full: every unit lies in the row (kOptFull: no per-lane
                     // check, so the stage's decodes and mma chains are one block to schedule)
                     auto chunk = [&](auto full) {
@@ -1033,7 +1089,12 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                                 xr[4 * k] = xv[k].x, xr[4 * k + 1] = xv[k].y;
                                 xr[4 * k + 2] = xv[k].z, xr[4 * k + 3] = xv[k].w;
                             }
-                            Dec::permute(xr, xa);
+                            if constexpr (AP && PH == 1) {  // act is stored in the pair order
+#pragma unroll
+                                for (int k = 0; k < NR; ++k) xa[k] = xr[k];
+                            } else {
+                                Dec::permute(xr, xa);
+                            }
                             if constexpr (BS) {
                                 // Rows g and g + 8 decoded one after the other into the two halves of
                                 // the A fragment, then one mma chain (8 mma per 32 values).
@@ -1056,9 +1117,16 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                                              xa[2 * s + 1]);
                             } else {
                                 const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
+                                uint4 ua, ub;
+                                if constexpr (LEAN) {  // the lane's ring addresses, found once (lds_unit)
+                                    ua = ld_shared_v4(lds_unit[j] + d * SU * 16);
+                                    ub = ld_shared_v4(lds_unit[j] + (d * SU + 64) * 16);
+                                } else {
+                                    ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
+                                }
                                 uint32_t wa[NR], wb[NR];
-                                staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + g * 8 + su], side[d][j][0]), wa);
-                                staged_decode_unit<Dec, OPT>(Dec::raw(ring[d * SU + (g + 8) * 8 + su], side[d][j][1]), wb);
+                                staged_decode_unit<Dec, OPT>(Dec::raw(ua, side[d][j][0]), wa);
+                                staged_decode_unit<Dec, OPT>(Dec::raw(ub, side[d][j][1]), wb);
                                 float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                                 for (int s = 0; s < V / 4; ++s)
@@ -1106,7 +1174,12 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
                 const int pair = rt.pairs[dx][q];
                 if (PH == 0) {
                     const int j = band * 8 + g;
-                    if (j < p.I) store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
+                    if (j < p.I) {
+                        if constexpr (AP)
+                            store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e], Dec::act_pos(j));
+                        else
+                            store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
+                    }
                 } else {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
@@ -1375,9 +1448,27 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
 // the legacy loop (benchmarks compare them in one run; read at every launch).
 inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "legacy"); }
 
-// The staged kernel's variant: FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they
-// keep one (benchmarks time both in one run), else every kOpt* bit.
-inline int staged_opt() { return env_is("FTW_CUDA_STAGED_OPT", "0") ? 0 : kStagedOptAll; }
+// kOptWide by the row's chunks, as measured on the H200 (T = 1, x the ceiling; docs/BENCHMARKS.md
+// "Lean staged producer"): deepseek-v3's fp4 gate_up rows (28 chunks) gain with it (0.49 -> 0.51
+// nvfp4), its down rows (8) and mxfp8's rows there (56, 16) neither gain nor lose, and every
+// phase at the qwen3-30b-a3b size loses (fp4 rows of 8 and 3 chunks: 0.37 -> 0.30; mxfp8's
+// gate_up, 16 chunks: 0.45 -> 0.38; not explained). So rows of FTW_CUDA_STAGED_WIDE chunks or
+// more, 24 by default.
+inline bool staged_wide(int nchunks) { return nchunks >= env_int("FTW_CUDA_STAGED_WIDE", 24); }
+
+// The staged kernel's variant for rows of 16-byte units (benchmarks time them in one run):
+// FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they keep one, =1 the kernel before
+// kOptLean and kOptActPerm, =lean / =perm one of the two, =wide all three at 128 registers in
+// both phases; unset, kOptLean and kOptActPerm, and kOptWide where staged_wide says.
+inline int staged_unit_opt() {
+    const char* v = env_or("FTW_CUDA_STAGED_OPT", "");
+    if (std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return kOptDecode;
+    if (std::strcmp(v, "lean") == 0) return kOptDecode | kOptLean;
+    if (std::strcmp(v, "perm") == 0) return kOptDecode | kOptActPerm;
+    if (std::strcmp(v, "wide") == 0) return kStagedUnitOpt | kOptWide;
+    return kStagedUnitOpt;
+}
 
 // The staged decode kernel's launch shape for items of `nck` chunks each (`fewest` items when
 // every token picks the same experts, at most `most`): KS warps per block, the smallest of 1, 2,
@@ -1467,10 +1558,29 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
         if (byte_stream_opt() == kStagedOptAll) return launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
         launch_staged_opt<Dec, PH, S, kByteStreamOpt>(p, stream);
     } else {
-        if constexpr (HasDecodeV0<Dec>::value) {
-            if (staged_opt() == 0) return launch_staged_opt<Dec, PH, S, 0>(p, stream);
+        // decoders that run here only when forced (bf16, fp8_block: FTW_CUDA_DECODE=staged) keep
+        // the kernel they were measured with (and the build its size)
+        if constexpr (!Staged<Dec>::preferred) {
+            launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
+        } else {
+            int opt = staged_unit_opt();
+            const int nchunks = ((PH == 0 ? p.H : p.I) / Dec::VEC + 7) / 8;
+            if (opt == kStagedUnitOpt && staged_wide(nchunks)) opt |= kOptWide;
+            switch (opt) {
+                case 0:  // (the same code as kOptDecode for decoders without decode_v0)
+                    return launch_staged_opt<Dec, PH, S, HasDecodeV0<Dec>::value ? 0 : kOptDecode>(p, stream);
+                case kOptDecode:
+                    return launch_staged_opt<Dec, PH, S, kOptDecode>(p, stream);
+                case kOptDecode | kOptLean:
+                    return launch_staged_opt<Dec, PH, S, kOptDecode | kOptLean>(p, stream);
+                case kOptDecode | kOptActPerm:
+                    return launch_staged_opt<Dec, PH, S, kOptDecode | kOptActPerm>(p, stream);
+                case kStagedUnitOpt | kOptWide:
+                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide>(p, stream);
+                default:
+                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt>(p, stream);
+            }
         }
-        launch_staged_opt<Dec, PH, S, kStagedOptAll>(p, stream);
     }
 }
 

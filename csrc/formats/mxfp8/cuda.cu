@@ -21,6 +21,7 @@ struct Mxfp8Decoder : ScaledUnits<8, uint8_t, 2> {
         }
     }
     __device__ static void permute(const uint32_t (&x)[8], uint32_t (&a)[8]) { permute_fp8(x, a); }
+    __device__ static int act_pos(int j) { return fp8_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };
 

@@ -42,6 +42,7 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     }
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
+    __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams& p, int proj, int slot, int r) {
         return kTwo62 * __ldg(reinterpret_cast<const float*>(bank_row(p, 4 + proj, slot)) + r);
     }
