@@ -96,17 +96,6 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
-# the decode's L2 prefetch (FTW_CUDA_L2_PREFETCH, experts_kernels.cuh; bf16, fp8_block, mxfp8):
-# pf0 none (the decode before it), else phase 0 prefetching down's rows at its blocks' start or
-# end, each block its own rows (self), with an evict_last policy (last)
-VARIANTS.update({"pf0": {"FTW_CUDA_L2_PREFETCH": "0"}, "pf-start": {"FTW_CUDA_L2_PREFETCH": "start"},
-                 "pf-end": {"FTW_CUDA_L2_PREFETCH": "end"}, "pf-self": {"FTW_CUDA_L2_PREFETCH": "self"},
-                 "pf-self-end": {"FTW_CUDA_L2_PREFETCH": "self+end"},
-                 "pf-self-start": {"FTW_CUDA_L2_PREFETCH": "self+start"},
-                 "pf-start-last": {"FTW_CUDA_L2_PREFETCH": "start+last"}})
-# register-fed phase 1's warps per block alone (FTW_CUDA_KSPLIT_DOWN), with and without the prefetch
-VARIANTS.update({f"kd{n}": {"FTW_CUDA_KSPLIT_DOWN": str(n)} for n in (1, 2, 8)})
-VARIANTS.update({f"pf0-kd{n}": {"FTW_CUDA_L2_PREFETCH": "0", "FTW_CUDA_KSPLIT_DOWN": str(n)} for n in (1, 2, 8)})
 
 
 def cdiv(a, b):

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <string>
 
@@ -289,17 +288,6 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     int gu_bias = -1, d_bias = -1;
     check_banks(f, view, kp, gu_bias, d_bias);
     kp.gu_bias_bank = gu_bias, kp.down_bias_bank = d_bias;
-    // What phase 1 reads of each bank per expert, for the decode's L2 prefetch: the formats name
-    // down's banks "down", "down_scale", "down_bias", "down_global" (their needs)
-    BankNeed needs[kMaxBanks];
-    const int nneeds = f.needs(kp.H, kp.I, kp, needs);
-    for (int i = 0; i < nneeds; ++i) {
-        const BankNeed& b = needs[i];
-        if (std::strncmp(b.name, "down", 4) == 0 && kp.bank[b.bank] != nullptr && kp.row_bytes[b.bank] >= b.bytes)
-            kp.down_bytes[b.bank] = b.bytes;
-    }
-    kp.l2_prefetch = l2_prefetch_mode();
-    kp.l2_budget = kp.l2_prefetch ? l2_prefetch_budget() : 0;
 
     f.launch(kp, reinterpret_cast<cudaStream_t>(stream));
 }

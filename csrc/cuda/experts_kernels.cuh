@@ -57,11 +57,6 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
-    // Decode, decoders with kPrefetchDown: phase 0 puts the step's down rows in flight to the L2
-    // (l2_prefetch: kPrefetch* bits) when the distinct experts' down_bytes fit in l2_budget.
-    int64_t down_bytes[kMaxBanks];  // per expert: the bytes phase 1 reads of each bank (0: none)
-    int64_t l2_budget;
-    int l2_prefetch;
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -311,70 +306,6 @@ FTW_OPTIONAL_MEMBER(HasChunkScale, kChunkScale, bool, false);
 // the register-fed decode loads one scale per group of its tiles' rows.
 FTW_OPTIONAL_MEMBER(ScaleRowsOf, kScaleRows, int, 1);
 
-// ---- L2 prefetch of weights (decode, decoders with kPrefetchDown) ----------------------------
-//
-// At the qwen3-30b-a3b size a decode phase reads 12-48 MiB: too little for each warp's stream of
-// loads (phase 1: 6 chunks per warp) to reach the streaming rate before the phase ends. The
-// step's down rows fit in the L2 there (8 experts: 12-24 MiB of the H200's 50 MiB), so phase 0
-// can put them in flight itself, with cp.async.bulk.prefetch.L2 (one instruction per 16 KB, no
-// registers held, nothing to wait for), and phase 1 then reads them from the L2. Bits of
-// KernelParams::l2_prefetch (FTW_CUDA_L2_PREFETCH, read by the host):
-//   kPrefetchStart   phase 0's blocks prefetch the down rows right after routing
-//   kPrefetchEnd     ... after their own rows (the DRAM otherwise idles in phase 0's tail)
-//   kPrefetchSelf    each register-fed block prefetches its own rows of the phase before its
-//                    first loads (phase 1: before it waits for phase 0)
-//   kPrefetchLast    the down rows' prefetch with an L2 evict_last policy (phase 0's own
-//                    stream evicts them less)
-// The down rows only where the step's distinct experts' down_bytes fit in l2_budget (half the
-// L2 by default: 8 experts at the deepseek-v3 size read 112-224 MiB of down, never prefetched).
-constexpr int kPrefetchStart = 1, kPrefetchEnd = 2, kPrefetchSelf = 4, kPrefetchLast = 8;
-FTW_OPTIONAL_MEMBER(PrefetchDownOf, kPrefetchDown, bool, false);
-
-// Bytes [a, a + n) into the L2, clipped inward to 16-byte bounds (the bulk prefetch's unit).
-__device__ __forceinline__ void prefetch_l2(const uint8_t* a, int64_t n, bool last) {
-    const uintptr_t b = (reinterpret_cast<uintptr_t>(a) + 15) & ~uintptr_t(15);
-    const uintptr_t e = (reinterpret_cast<uintptr_t>(a) + uintptr_t(n)) & ~uintptr_t(15);
-    if (e <= b) return;
-    if (last) {
-        uint64_t pol;
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(b), "r"(uint32_t(e - b)),
-                     "l"(pol)
-                     : "memory");
-    } else {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(uint32_t(e - b)) : "memory");
-    }
-}
-
-// [a, a + n) in pieces of `piece` bytes, piece i by the block's thread i (and i + blockDim.x, ...).
-__device__ __forceinline__ void prefetch_l2_block(const uint8_t* a, int64_t n, int64_t piece) {
-    for (int64_t o = int64_t(threadIdx.x) * piece; o < n; o += int64_t(blockDim.x) * piece)
-        prefetch_l2(a + o, min(piece, n - o), false);
-}
-
-// Phase 0: the down banks of the step's nexp distinct experts (slot_of(dx): the slot of the
-// dx-th, < 0 to skip), in 16 KB pieces shared by the nb blocks of the grid (this one is b).
-template <class SlotOf>
-__device__ void prefetch_down(const KernelParams& p, int nexp, SlotOf slot_of, int64_t b, int64_t nb) {
-    constexpr int64_t kPiece = 16 << 10;
-    int64_t per = 0;
-#pragma unroll
-    for (int k = 0; k < kMaxBanks; ++k) per += p.down_bytes[k];
-    if (per == 0 || int64_t(nexp) * per > p.l2_budget) return;
-    const bool last = (p.l2_prefetch & kPrefetchLast) != 0;
-    for (int k = 0; k < kMaxBanks; ++k) {
-        const int64_t bytes = p.down_bytes[k];
-        if (bytes == 0) continue;
-        const int64_t pieces = (bytes + kPiece - 1) / kPiece;
-        for (int64_t i = b + nb * threadIdx.x; i < pieces * nexp; i += nb * blockDim.x) {
-            const int slot = slot_of(int(i / pieces));
-            if (slot < 0) continue;
-            const int64_t off = (i % pieces) * kPiece;
-            prefetch_l2(bank_row(p, k, slot) + off, min(kPiece, bytes - off), last);
-        }
-    }
-}
-
 // Where a chunk-scaled decoder's row scales start (ChunkRow), or nothing for other decoders.
 template <class Dec, bool CS = HasChunkScale<Dec>::value>
 struct ChunkRowOf {
@@ -535,16 +466,6 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
     if (g < tile.count) {
         const int pair = tile.pairs[g];
         xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
-    }
-    if constexpr (PrefetchDownOf<Dec>::value) {
-        if (p.l2_prefetch & kPrefetchSelf) {  // this block's rows into the L2, 4 KB per thread
-            const int64_t wrb = Dec::weight_row_bytes(p, PH);
-            const uint8_t* w = Dec::weights(p, PH, slot);
-            const int r0 = blockIdx.x * NT * (PH == 0 ? 8 : 16);
-            const int n = min(NT * (PH == 0 ? 8 : 16), (PH == 0 ? p.I : p.H) - r0);
-            prefetch_l2_block(w + r0 * wrb, n * wrb, 4096);
-            if (PH == 0) prefetch_l2_block(w + (p.I + r0) * wrb, n * wrb, 4096);  // the up rows
-        }
     }
 
     float acc[NT][4];
@@ -711,23 +632,12 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
     }
     const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
     if (PH == 0 && RegisterShapeOf<Dec>::Pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    constexpr bool prefetch = PH == 0 && PrefetchDownOf<Dec>::value;
-    auto prefetch_down_rows = [&] {
-        const auto slot_of = [&](int dx) {
-            const int e = s_dexp[dx];
-            const int s = (e >= 0 && e < p.num_experts) ? p.slot_of_expert[e] : -1;
-            return s < p.num_slots ? s : -1;
-        };
-        prefetch_down(p, nexp, slot_of, int64_t(blockIdx.y) * gridDim.x + blockIdx.x, int64_t(gridDim.x) * gridDim.y);
-    };
-    if (prefetch && (p.l2_prefetch & kPrefetchStart)) prefetch_down_rows();
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
         if (tile.count == 0) continue;
         decode_expert<Dec, PH, NT, Legacy>(p, tile, red);
         __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
-    if (prefetch && (p.l2_prefetch & kPrefetchEnd)) prefetch_down_rows();
 }
 
 // ---- staged decode (decoders with kStaged) ---------------------------------------------------
@@ -926,9 +836,6 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
     // out) just before their first chunk is consumed.
     if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    constexpr bool prefetch = PH == 0 && PrefetchDownOf<Dec>::value;
-    const auto slot_of = [&](int dx) { return int(rt.slot[dx]); };
-    if (prefetch && (p.l2_prefetch & kPrefetchStart)) prefetch_down(p, nexp, slot_of, blockIdx.x, gridDim.x);
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -1214,7 +1121,6 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
             }
         }
     }
-    if (prefetch && (p.l2_prefetch & kPrefetchEnd)) prefetch_down(p, nexp, slot_of, blockIdx.x, gridDim.x);
     cp_async_wait<0>();
 }
 
@@ -1447,26 +1353,6 @@ inline int k_split(int in, int vec, int blocks, int sms) {
 // dependent launch), for comparison.
 inline bool programmatic_launch() { return !env_is("FTW_CUDA_PDL", "0"); }
 
-// The decode's L2 prefetch (kPrefetch* bits, "L2 prefetch of weights" above): the default, or
-// FTW_CUDA_L2_PREFETCH=0 (none) or a name holding any of start, end, self, last (benchmarks
-// compare them in one run).
-inline int l2_prefetch_mode() {
-    const char* v = env_or("FTW_CUDA_L2_PREFETCH", "start");
-    const auto has = [&](const char* w) { return std::strstr(v, w) != nullptr; };
-    return (has("start") ? kPrefetchStart : 0) | (has("end") ? kPrefetchEnd : 0) | (has("self") ? kPrefetchSelf : 0) |
-           (has("last") ? kPrefetchLast : 0);
-}
-
-// The most bytes of down rows phase 0 prefetches: half the device's L2 (phase 0's own stream
-// passes through the other half), or FTW_CUDA_L2_PREFETCH_MAX's.
-inline int64_t l2_prefetch_budget() {
-    int dev = 0, l2 = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
-        l2 = 0;
-    const char* v = std::getenv("FTW_CUDA_L2_PREFETCH_MAX");
-    return v != nullptr ? std::atoll(v) : int64_t(l2) / 2;
-}
-
 // A kernel launch, as a programmatic dependent of the stream's previous kernel where
 // `programmatic` (its blocks may start while that kernel's last blocks run; the kernel itself
 // waits with griddepcontrol.wait before it reads what that kernel writes).
@@ -1620,8 +1506,7 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     constexpr int NT = RegisterShapeOf<C>::NT;
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
-    int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
-    if (const int down = forced_split("FTW_CUDA_KSPLIT_DOWN", kMaxKSplit); PH == 1 && down) ks = down;  // benchmarks
+    const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
     launch_kernel(experts_decode<C, PH, NT, Legacy>, dim3(nx, ny), dim3(32 * ks), 0, stream, programmatic, p);
 }

@@ -19,7 +19,6 @@ struct Bf16Decoder {
     // experts_decode_staged runs bf16 but is not its default: measured slower at T=1 (H200,
     // deepseek-v3 size: 0.62x the ceiling against experts_decode's 0.77x; docs/BENCHMARKS.md)
     static constexpr bool kStaged = false;
-    static constexpr bool kPrefetchDown = true;  // phase 0 may prefetch down's rows into the L2
     struct Side {};
     __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
     __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {

@@ -8,7 +8,6 @@ namespace {
 
 struct Mxfp8Decoder : ScaledUnits<8, uint8_t, 2> {
     static constexpr int VEC = 16;
-    static constexpr bool kPrefetchDown = true;  // phase 0 may prefetch down's rows into the L2
     __device__ static void decode(const Raw& raw, uint32_t (&w)[8]) {
         const uint32_t m = e8m0_bf16(raw.s, 58);  // 2^(s-127) * 2^58: with e4m3's 2^-120, w * 2^-62
         const uint32_t m2 = m | (m << 16);
