@@ -251,6 +251,27 @@ def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
     check(types, 3 if "K" not in size else 8, [9, sum(map(ord, "".join(types))), STAGES.index(stages)], **size)
 
 
+# Q4_K / Q5_K in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS: the
+# default "", "5" (the kernel compiled for 5 blocks per SM), "mma" (the offsets summed by mma), "0"
+# the bf16 decode), with rings of 4 (the default ""), 3 and 2 stages (FTW_CUDA_STAGED_STAGES)
+SUB_BLOCKS = ["", "5", "mma", "0"]
+
+
+@pytest.mark.parametrize("sub, stages", [("", ""), ("", "3"), ("", "2"), ("5", ""), ("5", "2"), ("mma", ""), ("0", "")])
+@pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 1, {}),
+                                            (("Q5_K", "Q5_K", "Q5_K"), 3, {}),
+                                            (("Q4_K", "Q4_K", "Q5_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("Q5_K", "Q5_K", "Q4_K"), 2, {"H": 768, "I": 256, "E": 8, "K": 8})])
+def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeypatch):
+    """The quants as exact bf16 integers (128 + q), each 32-value sub-block's scale and min applied
+    to the mma's float32 sums (the min through the sum of x over the sub-block), against
+    gguf.quants' values: one item per block and more items than blocks, rows of 2, 3 and 28
+    chunks, T = 1..8 (pair columns 0..7 of the mma)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
+
+
 @pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])
 def test_staged_ring_runs_across_items(types, monkeypatch):
     """More (expert, band) items than the persistent grid has blocks: each block serves several,
