@@ -12,7 +12,8 @@ the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then 
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
+gate_up and down is stored as bf16 too; products accumulate in float32. (Decode of Q4_K and Q5_K
+rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32 sums.) Independent roundings of
 gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
 wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
 """
@@ -252,12 +253,12 @@ def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
 
 
 # Q4_K / Q5_K in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS: the
-# default "", "5" (the kernel compiled for 5 blocks per SM), "mma" (the offsets summed by mma), "0"
-# the bf16 decode), with rings of 4 (the default ""), 3 and 2 stages (FTW_CUDA_STAGED_STAGES)
-SUB_BLOCKS = ["", "5", "mma", "0"]
+# default "", "0" the bf16 decode), with rings of 2 (the default ""), 3 and 4 stages
+# (FTW_CUDA_STAGED_STAGES)
+SUB_BLOCKS = ["", "0"]
 
 
-@pytest.mark.parametrize("sub, stages", [("", ""), ("", "3"), ("", "2"), ("5", ""), ("5", "2"), ("mma", ""), ("0", "")])
+@pytest.mark.parametrize("sub, stages", [("", ""), ("", "3"), ("", "4"), ("0", "")])
 @pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 1, {}),
                                             (("Q5_K", "Q5_K", "Q5_K"), 3, {}),
                                             (("Q4_K", "Q4_K", "Q5_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),

@@ -813,16 +813,13 @@ FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 //   decode_pair(b, c2, tig, w[2][4])    values 8 tig .. 8 tig + 7 of sub-blocks 2 c2 and 2 c2 + 1
 //                                       as bf16 pairs in value order (c2 a constant after unrolling)
 //   sub_scale(head, j, s, n)            sub-block j's s and n (j a constant after unrolling)
-// and, for the form that sums the offsets with mma (kSubMinMma true: n * X = -(128 s X + m1 X),
-// the 128 s X taken off P by an mma with a row of -128, the m1 X summed over the chunk by an mma
-// with the sub-block's integer min in each row, scaled by the block's dmin once per chunk):
-//   sub_scale_min(head, j, s, mn)       s, and the bf16 pair (mn, mn) of the 6-bit min
-//   head_dmin(head)                     the block's dmin
+// H200, T=1, x the streaming ceiling, deepseek-v3 / qwen3-30b-a3b sizes (docs/BENCHMARKS.md, "K-quants
+// on float32 sub-block sums"): Q4_K 0.43 / 0.27 -> 0.50 / 0.36, Q5_K 0.35 / 0.28 -> 0.53 / 0.34
+// (with rings of 2 stages). Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
+// scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
+// registers, 8-32 bytes of spills: 0.39 / 0.29).
 FTW_HAS_MEMBER(SubBlocks, kSubBlocks);
-FTW_OPTIONAL_MEMBER(SubMinMma, kSubMinMma, bool, false);
-// Blocks of 4 warps per SM the staged kernel is compiled for (its register bound): a decoder's
-// kMinBlocks, else 4 for byte streams (128 registers) and 5 for the others (102)
-FTW_OPTIONAL_MEMBER(StagedMinBlocks, kMinBlocks, int, 0);
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -848,7 +845,6 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
     const auto h0 = Dec::head(b0);
     const auto h1 = Dec::head(b1);
-    float accm[4] = {0.f, 0.f, 0.f, 0.f};  // kSubMinMma: sum over the chunk of mn X, per row and column
 #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
         uint4 xv[2];
@@ -860,40 +856,20 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
         Dec::decode_pair(b1, c2, tig, wb);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            float P[4];
+            float P[4], X[4];
             mma_bf16_zero(P, wa[e][0], wb[e][0], wa[e][1], wb[e][1], xv[e].x, xv[e].y);
             mma_bf16_acc(P, wa[e][2], wb[e][2], wa[e][3], wb[e][3], xv[e].z, xv[e].w);
-            if constexpr (SubMinMma<Dec>::value) {
-                constexpr uint32_t kMinus128 = 0xC300C300u;  // bf16 pair (-128, -128): P = sum q x
-                mma_bf16_acc(P, kMinus128, kMinus128, kMinus128, kMinus128, xv[e].x, xv[e].y);
-                mma_bf16_acc(P, kMinus128, kMinus128, kMinus128, kMinus128, xv[e].z, xv[e].w);
-                float s0, s1;
-                uint32_t m0, m1;
-                Dec::sub_scale_min(h0, 2 * c2 + e, s0, m0);
-                Dec::sub_scale_min(h1, 2 * c2 + e, s1, m1);
-                mma_bf16_acc(accm, m0, m1, m0, m1, xv[e].x, xv[e].y);  // row r: its mn times the sum of x
-                mma_bf16_acc(accm, m0, m1, m0, m1, xv[e].z, xv[e].w);
-                acc[0] = fmaf(s0, P[0], acc[0]), acc[1] = fmaf(s0, P[1], acc[1]);
-                acc[2] = fmaf(s1, P[2], acc[2]), acc[3] = fmaf(s1, P[3], acc[3]);
-            } else {
-                float X[4];
-                mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xv[e].x, xv[e].y);  // every row: the sum of x
-                mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xv[e].z, xv[e].w);
-                float s0, n0, s1, n1;
-                Dec::sub_scale(h0, 2 * c2 + e, s0, n0);
-                Dec::sub_scale(h1, 2 * c2 + e, s1, n1);
-                // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
-                acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
-                acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
-                acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
-                acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
-            }
+            mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xv[e].x, xv[e].y);  // every row: the sum of x
+            mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xv[e].z, xv[e].w);
+            float s0, n0, s1, n1;
+            Dec::sub_scale(h0, 2 * c2 + e, s0, n0);
+            Dec::sub_scale(h1, 2 * c2 + e, s1, n1);
+            // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
+            acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
+            acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
+            acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
+            acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
         }
-    }
-    if constexpr (SubMinMma<Dec>::value) {
-        const float m0 = Dec::head_dmin(h0), m1 = Dec::head_dmin(h1);
-        acc[0] = fmaf(-m0, accm[0], acc[0]), acc[1] = fmaf(-m0, accm[1], acc[1]);
-        acc[2] = fmaf(-m1, accm[2], acc[2]), acc[3] = fmaf(-m1, accm[3], acc[3]);
     }
 }
 
@@ -913,7 +889,7 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 }
 
 template <class Dec, int PH, int S, int OPT>
-__global__ void __launch_bounds__(128, StagedMinBlocks<Dec>::value ? StagedMinBlocks<Dec>::value : ByteStream<Dec>::value ? 4 : 5)
+__global__ void __launch_bounds__(128, ByteStream<Dec>::value ? 4 : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
@@ -1650,10 +1626,12 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // -> 0.49; qwen3-30b-a3b 0.25 -> 0.37, 0.28 -> 0.32; 3 stages in between);
                 // FTW_CUDA_STAGED_STAGES=3|4 runs more, FTW_CUDA_STAGED_BYTES=0 the byte-stream
                 // path as it was, 4 stages included (benchmarks, tests). The sub-block decoders
-                // (kSubBlocks: gguf Q4_K, Q5_K) run their copies one way only, 4 stages unless
-                // FTW_CUDA_STAGED_STAGES=2|3 says fewer.
+                // (kSubBlocks: gguf Q4_K, Q5_K, whose rings of 16 rows of 9-11 pieces are not wide)
+                // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
+                // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
+                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between)
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
-                const int stages = n >= 2 && n <= 4 ? n : wide ? 2 : 4;
+                const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (SubBlocks<Dec>::value || byte_stream_opt() == kByteStreamOpt) {
                     if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);

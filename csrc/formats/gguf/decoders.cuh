@@ -40,6 +40,10 @@
 // within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
 // ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
 // measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
+// Decode (T <= 8) of Q4_K and Q5_K rows rounds no weight at all: the staged kernel puts their
+// quants in the mma as exact integers and applies each sub-block's scale and min (ggml's float32
+// products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin / ScaledMin serve
+// their register-fed and prefill kernels and FTW_GGUF_CUDA_SUBBLOCKS=0.
 // Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
@@ -992,12 +996,7 @@ __device__ __forceinline__ void k_sub_scale(const KHead& h, int j, float& s, flo
     s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d128);
     n = fmaf(-128.f, s, fmaf(-h.m, biased_byte(h.mn[j >> 2], j & 3), h.m128));
 }
-// the kSubMinMma form: s, and the min's 6-bit integer as the bf16 pair (mn, mn) (exact)
-__device__ __forceinline__ void k_sub_scale_min(const KHead& h, int j, float& s, uint32_t& mn) {
-    s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d128);
-    const uint32_t k = uint32_t(j & 3);
-    mn = bsub2(prmt(h.mn[j >> 2], 0x43u, 0x4040u | k << 8 | k), bf16x2_biased(0));  // (128 + mn) - 128
-}
+
 // bytes of values (< 128) lo (sub-block 2c) and hi (2c + 1) -> the bf16 pairs (128 + v0, 128 + v1),
 // (128 + v2, 128 + v3) of each, at w[.][2i], w[.][2i + 1]
 __device__ __forceinline__ void k_int_pairs(uint32_t lo, uint32_t hi, int i, uint32_t (&w)[2][4]) {
@@ -1016,7 +1015,9 @@ struct Q4KFast {
     using WithForm = Q4KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
-    static constexpr bool kStaged = true;    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin
+    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin; 0.50x on float32 sub-block
+    // sums (SubBlockRows, 2 stages)
+    static constexpr bool kStaged = true;
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -1046,8 +1047,6 @@ struct Q4KFast {
     using Head = KHead;
     __device__ static Head head(const uint8_t* b) { return k_head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
-    __device__ static void sub_scale_min(const Head& h, int j, float& s, uint32_t& mn) { k_sub_scale_min(h, j, s, mn); }
-    __device__ static float head_dmin(const Head& h) { return h.m; }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const uint2 q = *reinterpret_cast<const uint2*>(b + 16 + 32 * c2 + 8 * tig);
 #pragma unroll
@@ -1069,7 +1068,9 @@ struct Q5KFast {
     using WithForm = Q5KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
-    static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
+    // H200: 0.30x (0.43x with ScaledOffset), faster than both; 0.53x on float32 sub-block sums
+    // (SubBlockRows, 2 stages)
+    static constexpr bool kStaged = true;
     struct Raw {
         uint4 head, q0, q1, h0, h1;
         uint32_t j;
@@ -1102,8 +1103,6 @@ struct Q5KFast {
     using Head = KHead;
     __device__ static Head head(const uint8_t* b) { return k_head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
-    __device__ static void sub_scale_min(const Head& h, int j, float& s, uint32_t& mn) { k_sub_scale_min(h, j, s, mn); }
-    __device__ static float head_dmin(const Head& h) { return h.m; }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const uint2 q = *reinterpret_cast<const uint2*>(b + 48 + 32 * c2 + 8 * tig);
         const uint2 h = *reinterpret_cast<const uint2*>(b + 16 + 8 * tig);
@@ -1550,29 +1549,22 @@ struct ShapedDecoder : Dec {
 
 // A staged TypedDecoder of a type with the sub-block interface (Fast<T>::kSubBlocks: Q4_K, Q5_K):
 // experts_decode_staged decodes its quants as exact integers and applies the sub-blocks' scales
-// and mins to float32 sums (staged_sub_block_chunk), its kernel compiled for MinBlocks blocks of
-// 4 warps per SM. The default for those types; FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode
-// (decode_staged) instead, =5 this one for 5 blocks (96 registers; sub_block_mode).
-template <class Dec, int MinBlocks = 4, bool MinMma = false>
+// and mins to float32 sums (staged_sub_block_chunk; its ring 2 stages, launch_decode). The
+// default for those types; FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode (decode_staged, 4
+// stages) instead (sub_block_scales).
+template <class Dec>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static_assert(Dec::kAlign == 16 && Dec::kChunkBytes % 16 == 0, "a chunk is one block on 16-byte boundaries");
     static constexpr bool kSubBlocks = true;
-    static constexpr int kMinBlocks = MinBlocks;
-    static constexpr bool kSubMinMma = MinMma;
     using Head = typename F::Head;
     __device__ static Head head(const uint8_t* b) { return F::head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { F::sub_scale(h, j, s, n); }
-    __device__ static void sub_scale_min(const Head& h, int j, float& s, uint32_t& mn) { F::sub_scale_min(h, j, s, mn); }
-    __device__ static float head_dmin(const Head& h) { return F::head_dmin(h); }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         F::decode_pair(b, c2, tig, w);
     }
 };
-inline int sub_block_mode() {
-    const std::string v = env_or("FTW_GGUF_CUDA_SUBBLOCKS", "");
-    return v == "0" ? 0 : v == "5" ? 5 : v == "mma" ? 1 : 4;
-}
+inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0"); }
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

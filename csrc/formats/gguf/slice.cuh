@@ -41,10 +41,7 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {  // (the type's own min form)
-                const int sub = sub_block_mode();
-                if (sub == 5) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, 5>>(phase, p, stream);
-                if (sub == 1) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, 4, true>>(phase, p, stream);
-                if (sub != 0) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
+                if (sub_block_scales()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
             }
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
