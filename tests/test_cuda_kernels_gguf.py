@@ -12,10 +12,11 @@ the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then 
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32. (Decode of Q4_K and Q5_K
-rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32 sums.) Independent roundings of
-gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
-wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
+gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
+rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
+sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
+measured with the typed decoders); a wrong block layout gives errors of order 1. Run with -s to
+print the measured error of every case.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ SUB_BLOCKS = ["", "0"]
 def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeypatch):
     """The quants as exact bf16 integers (128 + q), each 32-value sub-block's scale and min applied
     to the mma's float32 sums (the min through the sum of x over the sub-block), against
-    gguf.quants' values: one item per block and more items than blocks, rows of 2, 3 and 28
+    gguf.quants' values: one item per block and more items than blocks, rows of 1, 2, 3 and 8
     chunks, T = 1..8 (pair columns 0..7 of the mma)."""
     monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
