@@ -77,6 +77,8 @@ VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
                  "gguf-staged-bytes-0": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_CUDA_STAGED_BYTES": "0"}})
 # the staged ring's stages for wide byte-stream chunks (gguf Q6_K, Q8_0; FTW_CUDA_STAGED_STAGES)
 VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
+# Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
+VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

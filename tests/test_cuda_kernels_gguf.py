@@ -12,9 +12,11 @@ the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then 
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
-gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
-wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
+gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
+rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
+sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
+measured with the typed decoders); a wrong block layout gives errors of order 1. Run with -s to
+print the measured error of every case.
 """
 
 from __future__ import annotations
@@ -196,6 +198,7 @@ MIN_FORMS = ["hilo", "shift"]
 @pytest.mark.parametrize("T", [3, 40])
 def test_every_way_of_applying_the_min(name, form, T, monkeypatch):
     monkeypatch.setenv("FTW_GGUF_CUDA_MIN", form)
+    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", "0")  # Q4_K / Q5_K decode: the bf16 forms, not float32 sums
     check((name, name, name), T, [T, TYPES.index(name), 10 + MIN_FORMS.index(form)])
 
 
@@ -249,6 +252,27 @@ def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, 3 if "K" not in size else 8, [9, sum(map(ord, "".join(types))), STAGES.index(stages)], **size)
+
+
+# Q4_K / Q5_K in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS: the
+# default "", "0" the bf16 decode), with rings of 2 (the default ""), 3 and 4 stages
+# (FTW_CUDA_STAGED_STAGES)
+SUB_BLOCKS = ["", "0"]
+
+
+@pytest.mark.parametrize("sub, stages", [("", ""), ("", "3"), ("", "4"), ("0", "")])
+@pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 1, {}),
+                                            (("Q5_K", "Q5_K", "Q5_K"), 3, {}),
+                                            (("Q4_K", "Q4_K", "Q5_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("Q5_K", "Q5_K", "Q4_K"), 2, {"H": 768, "I": 256, "E": 8, "K": 8})])
+def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeypatch):
+    """The quants as exact bf16 integers (128 + q), each 32-value sub-block's scale and min applied
+    to the mma's float32 sums (the min through the sum of x over the sub-block), against
+    gguf.quants' values: one item per block and more items than blocks, rows of 1, 2, 3 and 8
+    chunks, T = 1..8 (pair columns 0..7 of the mma)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
 
 
 @pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])

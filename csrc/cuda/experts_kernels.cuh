@@ -822,6 +822,82 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasActPos, act_pos);
 
+// ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
+//
+// A decoder of byte-stream rows whose chunk is one block of 8 sub-blocks of 32 values, each with
+// its own scale and offset (Q4_K, Q5_K), may decode its quants as exact bf16 integers and leave
+// the scales to float32: the four lanes of a quad split each sub-block (lane tig: values
+// 8 tig .. 8 tig + 7), so that each mma's k16 lies in one sub-block, and the sub-block's share of
+// a row's dot product is s * P + n * X, P the mma's dot of the decoded integers with x, X the
+// sum of x over the sub-block (an mma with a row of ones), s and n the sub-block's scale and
+// offset in float32. Per pair of values the decode is then a prmt (and a mask or shift per 4),
+// where the bf16 way (decode_staged) makes each value with a prmt, a bf16 sub and a bf16 fma; and
+// no weight is rounded to bf16. Optional interface, on top of the byte-stream one (detected by
+// kSubBlocks; the chunk holds exactly one block: kChunkBytes is the block, 256 values):
+//   Head head(b)                        a row's block head, read from the ring at b
+//   decode_pair(b, c2, tig, w[2][4])    values 8 tig .. 8 tig + 7 of sub-blocks 2 c2 and 2 c2 + 1
+//                                       as bf16 pairs in value order (c2 a constant after unrolling)
+//   sub_scale(head, j, s, n)            sub-block j's s and n (j a constant after unrolling)
+// H200, T=1, x the streaming ceiling, deepseek-v3 / qwen3-30b-a3b sizes (docs/BENCHMARKS.md, "K-quants
+// on float32 sub-block sums"): Q4_K 0.43 / 0.27 -> 0.50 / 0.36, Q5_K 0.35 / 0.28 -> 0.53 / 0.34
+// (with rings of 2 stages). Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
+// scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
+// registers, 8-32 bytes of spills: 0.39 / 0.29).
+FTW_HAS_MEMBER(SubBlocks, kSubBlocks);
+
+// mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
+__device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+}
+__device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
+// pair's x from 8 tig on, any pair's where the lane has none), into the lane's accumulators.
+template <class Dec>
+__device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
+                                                       int tig, float (&acc)[4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
+    const auto h0 = Dec::head(b0);
+    const auto h1 = Dec::head(b1);
+#pragma unroll
+    for (int c2 = 0; c2 < 4; ++c2) {
+        uint4 xv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            xv[e] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+        uint32_t wa[2][4], wb[2][4];
+        Dec::decode_pair(b0, c2, tig, wa);
+        Dec::decode_pair(b1, c2, tig, wb);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float P[4], X[4];
+            mma_bf16_zero(P, wa[e][0], wb[e][0], wa[e][1], wb[e][1], xv[e].x, xv[e].y);
+            mma_bf16_acc(P, wa[e][2], wb[e][2], wa[e][3], wb[e][3], xv[e].z, xv[e].w);
+            mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xv[e].x, xv[e].y);  // every row: the sum of x
+            mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xv[e].z, xv[e].w);
+            float s0, n0, s1, n1;
+            Dec::sub_scale(h0, 2 * c2 + e, s0, n0);
+            Dec::sub_scale(h1, 2 * c2 + e, s1, n1);
+            // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
+            acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
+            acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
+            acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
+            acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
+        }
+    }
+}
+
 template <class Dec, int OPT, class Raw, class W>
 __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
     if constexpr (!(OPT & kOptDecode) && HasDecodeV0<Dec>::value)
@@ -1044,6 +1120,13 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
+        // sub-block decoders: lanes without a pair read the first pair's x (their mma columns are
+        // dropped), so that x's loads need no predicate
+        const __nv_bfloat16* xsub = xrow;
+        if (SubBlocks<Dec>::value && xsub == nullptr && count > 0) {
+            const int pair = rt.pairs[dx][0];
+            xsub = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+        }
         uint32_t rlow[2] = {0u, 0u};  // byte streams: global address mod 16 of rows g, g + 8
         if constexpr (BS) {
             if (count > 0) {
@@ -1140,7 +1223,13 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                             }
                         }
                     };
-                    if constexpr (BS && (OPT & kOptFull) != 0) {
+                    if constexpr (SubBlocks<Dec>::value) {  // (whole blocks: every chunk is full)
+                        const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                        const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                        staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
+                                                    sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
+                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc);
+                    } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});
                         else
@@ -1638,21 +1727,28 @@ template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
-            if constexpr (ByteStream<Dec>::value && StageShape<Dec>::kPitch >= 13) {
+            constexpr bool wide = StageShape<Dec>::kPitch >= 13;
+            if constexpr (ByteStream<Dec>::value && (wide || SubBlocks<Dec>::value)) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
                 // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
                 // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). 2 stages, by
                 // measurement (H200, T=1, x the ceiling: deepseek-v3 Q8_0 0.42 -> 0.63, Q6_K 0.33
                 // -> 0.49; qwen3-30b-a3b 0.25 -> 0.37, 0.28 -> 0.32; 3 stages in between);
                 // FTW_CUDA_STAGED_STAGES=3|4 runs more, FTW_CUDA_STAGED_BYTES=0 the byte-stream
-                // path as it was, 4 stages included (benchmarks, tests)
-                const int n = env_int("FTW_CUDA_STAGED_STAGES", 2);
-                if (byte_stream_opt() == kByteStreamOpt && n != 4) {
-                    if (n == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
-                    return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
+                // path as it was, 4 stages included (benchmarks, tests). The sub-block decoders
+                // (kSubBlocks: gguf Q4_K, Q5_K, whose rings of 16 rows of 9-11 pieces are not wide)
+                // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
+                // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
+                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between)
+                const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
+                const int stages = n >= 2 && n <= 4 ? n : 2;
+                if (SubBlocks<Dec>::value || byte_stream_opt() == kByteStreamOpt) {
+                    if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
+                    if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
+                    if constexpr (SubBlocks<Dec>::value) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
                 }
             }
-            launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
+            if constexpr (!SubBlocks<Dec>::value) launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
         }
     }

@@ -40,6 +40,10 @@
 // within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
 // ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
 // measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
+// Decode (T <= 8) of Q4_K and Q5_K rows rounds no weight at all: the staged kernel puts their
+// quants in the mma as exact integers and applies each sub-block's scale and min (ggml's float32
+// products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin / ScaledMin serve
+// their register-fed and prefill kernels and FTW_GGUF_CUDA_SUBBLOCKS=0.
 // Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
@@ -955,6 +959,53 @@ struct Fast<IQ4_XS> {
     }
 };
 
+// ---- Q4_K / Q5_K on float32 sub-block sums (the staged kernel's kSubBlocks interface) ---------
+//
+// experts_decode_staged (csrc/cuda/experts_kernels.cuh, staged_sub_block_chunk) puts the quants in
+// the mma as the exact bf16 integers 128 + q (int_pairs' magic: one prmt makes a pair, after a
+// mask, or a shift and a mask, per 4 values) and applies each sub-block's scale and min to the
+// float32 sums: the sub-block's share of a row's dot is s * P + n * X with P = sum (128 + q) x,
+// X = sum x, s = d * sc and n = -(128 s + dmin * mn). s and dmin * mn are ggml's float32 values,
+// so no weight is rounded at all (the bf16 decoders round each value, ShiftedMin / ScaledMin).
+// The head's 16 bytes: d and dmin, and the sixteen 6-bit scales and mins cut a byte each (as
+// k4_scale_min: sub-blocks 0..3 in sc[0] / mn[0], 4..7 in sc[1] / mn[1]).
+struct KHead {
+    float d, d128, m, m128;  // d, -128 d, dmin, 128 dmin
+    uint32_t sc[2], mn[2];
+};
+__device__ __forceinline__ KHead k_head(const uint8_t* b) {
+    const uint4 h = *reinterpret_cast<const uint4*>(b);  // the block starts on 16 bytes (144, 176)
+    KHead r;
+    r.d = half_bits(h.x), r.m = half_bits(h.x >> 16);
+    r.d128 = -128.f * r.d, r.m128 = 128.f * r.m;
+    r.sc[0] = h.y & 0x3F3F3F3Fu, r.mn[0] = h.z & 0x3F3F3F3Fu;
+    r.sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    r.mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    return r;
+}
+// 128 + byte k of x (bytes < 128) as a float, exactly: the bf16 pair of bytes k & 2, (k & 2) + 1
+// under int_pairs' magic (one prmt, shared by k and k ^ 1), then its half k & 1 (k a constant
+// after unrolling; a float magic 2^23 + byte per value took a prmt and a move of its selector)
+__device__ __forceinline__ float biased_byte(uint32_t x, int k) {
+    const uint32_t p = prmt(x, 0x43u, (k & 2) ? 0x4342u : 0x4140u);
+    return __uint_as_float((k & 1) ? p & 0xFFFF0000u : p << 16);
+}
+// sub-block j's s and n (j a constant after unrolling): fma(d, 128 + sc, -128 d) is d * sc
+// rounded once, as ggml's float32 product (likewise dmin * mn)
+__device__ __forceinline__ void k_sub_scale(const KHead& h, int j, float& s, float& n) {
+    s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d128);
+    n = fmaf(-128.f, s, fmaf(-h.m, biased_byte(h.mn[j >> 2], j & 3), h.m128));
+}
+
+// bytes of values (< 128) lo (sub-block 2c) and hi (2c + 1) -> the bf16 pairs (128 + v0, 128 + v1),
+// (128 + v2, 128 + v3) of each, at w[.][2i], w[.][2i + 1]
+__device__ __forceinline__ void k_int_pairs(uint32_t lo, uint32_t hi, int i, uint32_t (&w)[2][4]) {
+    w[0][2 * i] = prmt(lo, 0x43u, 0x4140u), w[0][2 * i + 1] = prmt(lo, 0x43u, 0x4342u);
+    w[1][2 * i] = prmt(hi, 0x43u, 0x4140u), w[1][2 * i + 1] = prmt(hi, 0x43u, 0x4342u);
+}
+// v shifted left by n bits (right by -n), n a constant after unrolling
+__device__ __forceinline__ uint32_t shift_by(uint32_t v, int n) { return n >= 0 ? v << n : v >> -n; }
+
 // d | dmin | scales[12] | qs[128]; 144-byte blocks, 16-byte aligned: the 16-byte head and the 32
 // bytes of nibbles of the unit's sub-block pair (sub-block 2c: low nibbles, 2c + 1: high)
 template <int Form>
@@ -964,7 +1015,9 @@ struct Q4KFast {
     using WithForm = Q4KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.25x of the ceiling; loaded 0.22x
-    static constexpr bool kStaged = true;    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin
+    // H200: 0.31x (ScaledMin), faster than both; 0.42x with ShiftedMin; 0.50x on float32 sub-block
+    // sums (SubBlockRows, 2 stages)
+    static constexpr bool kStaged = true;
     struct Raw {
         uint4 head, q0, q1;
         uint32_t j;
@@ -988,6 +1041,20 @@ struct Q4KFast {
         for (int k = 0; k < 8; ++k) q[k] = (qs[k] >> shift) & 0x0F0F0F0Fu;
         k_values(q, MinOf<Form>(d1, m1), w);
     }
+    // the staged kernel's sub-block interface (above): bytes 8 tig .. 8 tig + 7 of the sub-block
+    // pair's 32 nibble bytes
+    static constexpr bool kSubBlocks = true;
+    using Head = KHead;
+    __device__ static Head head(const uint8_t* b) { return k_head(b); }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        const uint2 q = *reinterpret_cast<const uint2*>(b + 16 + 32 * c2 + 8 * tig);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t x = i ? q.y : q.x;
+            k_int_pairs(x & 0x0F0F0F0Fu, (x >> 4) & 0x0F0F0F0Fu, i, w);
+        }
+    }
 };
 template <>
 struct Fast<Q4_K> : Q4KFast<kMinShift> {};
@@ -1001,7 +1068,9 @@ struct Q5KFast {
     using WithForm = Q5KFast<F>;
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.13x (ScaledOffset)
-    static constexpr bool kStaged = true;    // H200: 0.30x (0.43x with ScaledOffset), faster than both
+    // H200: 0.30x (0.43x with ScaledOffset), faster than both; 0.53x on float32 sub-block sums
+    // (SubBlockRows, 2 stages)
+    static constexpr bool kStaged = true;
     struct Raw {
         uint4 head, q0, q1, h0, h1;
         uint32_t j;
@@ -1027,6 +1096,22 @@ struct Q5KFast {
         for (int k = 0; k < 8; ++k)
             q[k] = ((qs[k] >> shift) & 0x0F0F0F0Fu) | (__funnelshift_l(qh[k], qh[k], rot) & 0x10101010u);
         k_values(q, MinOf<Form>(d1, m1), w);
+    }
+    // the staged kernel's sub-block interface (above, as Q4_K): bytes 8 tig .. 8 tig + 7 of the
+    // pair's nibble bytes and of qh (bits 2 c2, 2 c2 + 1 to bit 4 of each byte)
+    static constexpr bool kSubBlocks = true;
+    using Head = KHead;
+    __device__ static Head head(const uint8_t* b) { return k_head(b); }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        const uint2 q = *reinterpret_cast<const uint2*>(b + 48 + 32 * c2 + 8 * tig);
+        const uint2 h = *reinterpret_cast<const uint2*>(b + 16 + 8 * tig);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t x = i ? q.y : q.x, y = i ? h.y : h.x;
+            k_int_pairs((x & 0x0F0F0F0Fu) | (shift_by(y, 4 - 2 * c2) & 0x10101010u),
+                        ((x >> 4) & 0x0F0F0F0Fu) | (shift_by(y, 3 - 2 * c2) & 0x10101010u), i, w);
+        }
     }
 };
 template <>
@@ -1461,6 +1546,25 @@ struct ShapedDecoder : Dec {
     using RegisterShape = ::ftw::cuda::RegisterShape<0, 0, false, 128, false, 0, true>;
     using Classic = ShapedDecoder;
 };
+
+// A staged TypedDecoder of a type with the sub-block interface (Fast<T>::kSubBlocks: Q4_K, Q5_K):
+// experts_decode_staged decodes its quants as exact integers and applies the sub-blocks' scales
+// and mins to float32 sums (staged_sub_block_chunk; its ring 2 stages, launch_decode). The
+// default for those types; FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode (decode_staged, 4
+// stages) instead (sub_block_scales).
+template <class Dec>
+struct SubBlockRows : Dec {
+    using F = typename Dec::F;
+    static_assert(Dec::kAlign == 16 && Dec::kChunkBytes % 16 == 0, "a chunk is one block on 16-byte boundaries");
+    static constexpr bool kSubBlocks = true;
+    using Head = typename F::Head;
+    __device__ static Head head(const uint8_t* b) { return F::head(b); }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { F::sub_scale(h, j, s, n); }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        F::decode_pair(b, c2, tig, w);
+    }
+};
+inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0"); }
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

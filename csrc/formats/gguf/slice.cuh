@@ -40,6 +40,9 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedPreferred<Fast<U>>::value)) {
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
+            if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {  // (the type's own min form)
+                if (sub_block_scales()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
+            }
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
         if constexpr (!StagedPreferred<Fast<U>>::value) {  // (else unreachable: no kernel made)
