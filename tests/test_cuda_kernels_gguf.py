@@ -251,6 +251,26 @@ def test_staged_ring_of_fewer_stages(types, size, stages, monkeypatch):
     check(types, 3 if "K" not in size else 8, [9, sum(map(ord, "".join(types))), STAGES.index(stages)], **size)
 
 
+# the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
+# into shared memory per block, Q2_K's four values per 16 in registers; FTW_GGUF_CUDA_TABLES=1),
+# without them (=0), and each type's default ("")
+TABLE_WAYS = ["", "0", "1"]
+
+
+@pytest.mark.parametrize("way", TABLE_WAYS)
+@pytest.mark.parametrize("name", ["Q2_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"])
+def test_staged_decode_with_tables(name, way, monkeypatch):
+    """Every way decodes the same values within the tolerance: T = 1, and T = 8 over more
+    (expert, band) items than the grid has blocks (a block fills its tables once, then serves
+    several items)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    if way:
+        monkeypatch.setenv("FTW_GGUF_CUDA_TABLES", way)
+    seed = [12, TYPES.index(name), TABLE_WAYS.index(way)]
+    check((name, name, name), 1, seed + [1])
+    check((name, name, name), 8, seed + [8], H=1024, I=512, E=16, K=8)
+
+
 @pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])
 def test_staged_ring_runs_across_items(types, monkeypatch):
     """More (expert, band) items than the persistent grid has blocks: each block serves several,
