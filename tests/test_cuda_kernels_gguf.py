@@ -11,7 +11,8 @@ rounds them to bf16 (<= 2^-9 relative per weight: ggml scales carry 11 significa
 the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then the product
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
-bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
+bits (Q5_K), so no rounding of the min's size is common to a sub-block; Q2_K's staged decode looks
+up ggml's float32 values rounded once to bf16); the activation between
 gate_up and down is stored as bf16 too; products accumulate in float32. Independent roundings of
 gate, up, act and down give about 2.5e-3 expected (3.5-5e-3 measured with the typed decoders); a
 wrong block layout gives errors of order 1. Run with -s to print the measured error of every case.
