@@ -79,6 +79,13 @@ VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
 VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
 # Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
+# gguf staged decode with tables for every type that has them (FTW_GGUF_CUDA_TABLES=1: the IQ
+# grids in shared memory, Q2_K's values in registers), for none (=0: the IQ grids read from global
+# memory, Q2_K's values by int_pairs); the default takes each type's Fast<T>::kTables. Also with
+# every type forced staged.
+VARIANTS.update({f"gguf-tables-{v}": {"FTW_GGUF_CUDA_TABLES": v} for v in ("0", "1")})
+VARIANTS.update({f"gguf-staged-tables-{v}": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_TABLES": v}
+                 for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

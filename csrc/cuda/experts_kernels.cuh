@@ -913,6 +913,10 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
     atomicAdd(p.out + int64_t(pair / p.K) * p.H + r, p.topk_weights[pair] * (acc * Dec::post(p, 1, slot, r)));
 }
 
+// Optional, for byte streams: block_setup(), run by every thread of a block before its routing
+// (whose barriers order it before any decode): gguf's IQ grids copied into shared memory.
+FTW_HAS_MEMBER(HasBlockSetup, block_setup);
+
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4 : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -933,6 +937,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
+    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
     const int nexp = staged_route<PH>(p, rt);
     // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
     // start once every phase 0 block has passed this point, route, and put their first S chunks
