@@ -812,9 +812,8 @@ constexpr int kStagedOptAll = kOptDecode;
 //   kOptRows32   a stage holds two 16-row tiles of a chunk (32 rows, 4 KB; an item is a band of
 //                32 rows): each lane decodes rows g, g + 8, g + 16, g + 24 against one load and
 //                permutation of x, and the producer's per-stage work serves twice the bytes; the
-//                ring has 2 stages (8 KB per warp, as 4 of 16 rows), 128 registers (kOptWide). Off
-//                by default (not measured yet): FTW_CUDA_STAGED_ROWS32=n runs it for rows of at
-//                least n chunks (staged_rows32)
+//                ring has 2 stages (8 KB per warp, as 4 of 16 rows), 128 registers (kOptWide);
+//                where staged_rows32 says (FTW_CUDA_STAGED_ROWS32)
 constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
@@ -1481,11 +1480,21 @@ inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "l
 // more, 24 by default.
 inline bool staged_wide(int nchunks) { return nchunks >= env_int("FTW_CUDA_STAGED_WIDE", 24); }
 
-// kOptRows32 (32-row stages, a ring of 2) for rows of at least FTW_CUDA_STAGED_ROWS32 chunks; unset
-// or 0: never (not yet measured on the H200: bench variants rows32, rows32-long)
-inline bool staged_rows32(int nchunks) {
-    const int n = env_int("FTW_CUDA_STAGED_ROWS32", 0);
-    return n > 0 && nchunks >= n;
+// kOptRows32 (32-row stages, a ring of 2, 128 registers), as measured on the H200 (T = 1, x the
+// ceiling; docs/BENCHMARKS.md "32-row stages"): at the deepseek-v3 size both fp4 phases gain with
+// it (nvfp4 0.51 -> 0.56, mxfp4 0.51 -> 0.55; T = 8 same experts 0.42 -> 0.52), at the
+// qwen3-30b-a3b size both lose (0.38 -> 0.30; its gate_up rows have 8 chunks, as deepseek-v3's
+// down rows, so the chunk count does not separate them). What does: the phase's 32-row items when
+// every token picks the same experts, 7.8 and 13.6 per SM at deepseek-v3, 2.9 and 3.9 at qwen3.
+// So by default: fp4 decoders (mxfp8 was not measured), at least 6 such items per SM.
+// FTW_CUDA_STAGED_ROWS32=0: never; =n > 0: rows of at least n chunks, any decoder (benchmarks).
+template <class Dec>
+bool staged_rows32(const KernelParams& p, int PH, int nchunks) {
+    const int n = env_int("FTW_CUDA_STAGED_ROWS32", -1);
+    if (n >= 0) return n > 0 && nchunks >= n;
+    if (Dec::VEC != 32) return false;
+    const int bands = ((PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16) + 1) / 2;  // of 32 rows
+    return int64_t(bands) * std::min(p.K, p.num_experts) >= 6LL * device_sms();
 }
 
 // The staged kernel's variant for rows of 16-byte units (benchmarks time them in one run):
@@ -1601,7 +1610,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             const int nchunks = ((PH == 0 ? p.H : p.I) / Dec::VEC + 7) / 8;
             if (opt == kStagedUnitOpt && staged_wide(nchunks)) opt |= kOptWide;
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
-            if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32(nchunks))
+            if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
                 return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)
