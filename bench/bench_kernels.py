@@ -108,6 +108,11 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt1": {"FTW_CUDA_STAGED_OPT": "1"}, "slean": {"FTW_CUDA_STAGED_OPT": "lean"},
                  "sperm": {"FTW_CUDA_STAGED_OPT": "perm"}, "swide": {"FTW_CUDA_STAGED_OPT": "wide"},
                  "swide-off": {"FTW_CUDA_STAGED_WIDE": "1000000"}, "swide8": {"FTW_CUDA_STAGED_WIDE": "8"}})
+# 32-row stages (kOptRows32, experts_kernels.cuh; by default for fp4 phases of >= 6 items of 32 rows
+# per SM: deepseek-v3's two) never (rows32-off) or for rows of at least 1 / 8 / 24 chunks
+# (deepseek-v3 fp4: gate_up 28, down 8; qwen3-30b-a3b fp4: 8 and 3; mxfp8 twice those)
+VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
+                 "rows32-8": {"FTW_CUDA_STAGED_ROWS32": "8"}, "rows32-long": {"FTW_CUDA_STAGED_ROWS32": "24"}})
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
