@@ -83,7 +83,7 @@ VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 # grids in shared memory, Q2_K's values in registers), for none (=0: the IQ grids read from global
 # memory, Q2_K's values by int_pairs); the default takes each type's Fast<T>::kTables. Also with
 # every type forced staged.
-VARIANTS.update({f"gguf-tables-{v}": {"FTW_GGUF_CUDA_TABLES": v} for v in ("0", "1")})
+VARIANTS.update({f"gguf-tables-{v}": {"FTW_GGUF_CUDA_TABLES": v} for v in ("0", "1", "async")})
 VARIANTS.update({f"gguf-staged-tables-{v}": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_TABLES": v}
                  for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)

@@ -922,8 +922,10 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 }
 
 // Optional, for byte streams: block_setup(), run by every thread of a block before its routing
-// (whose barriers order it before any decode): gguf's IQ grids copied into shared memory.
+// (whose barriers order it before any decode): gguf's IQ grids copied into shared memory; with
+// kSetupAsync by cp.async, waited for after the routing (the copies' latency overlapping its).
 FTW_HAS_MEMBER(HasBlockSetup, block_setup);
+FTW_OPTIONAL_MEMBER(SetupAsync, kSetupAsync, bool, false);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4 : 5)
@@ -948,7 +950,12 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
     if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
+    if constexpr (SetupAsync<Dec>::value) cp_async_commit();
     const int nexp = staged_route<PH>(p, rt);
+    if constexpr (SetupAsync<Dec>::value) {  // every thread's copies landed, for every warp
+        cp_async_wait<0>();
+        __syncthreads();
+    }
     // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
     // start once every phase 0 block has passed this point, route, and put their first S chunks
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
@@ -1249,7 +1256,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
-                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc);
+                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc[0]);
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});

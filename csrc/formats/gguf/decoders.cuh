@@ -1307,18 +1307,25 @@ __device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, 
 // routing, whose barriers order the copies before any decode), and decode_tables() reads them
 // with 32-bit shared addresses: ksigns' 128 bytes are 32 words, one per bank; a grid row is one
 // 8-byte (IQ2) or 4-byte (IQ3) word.
-__shared__ uint2 s_iq2xxs_grid[256];
-__shared__ uint2 s_iq2xs_grid[512];
-__shared__ uint32_t s_iq3xxs_grid[256];
-__shared__ uint32_t s_iq3s_grid[512];
-__shared__ uint8_t s_ksigns[128];
+__shared__ __align__(16) uint2 s_iq2xxs_grid[256];
+__shared__ __align__(16) uint2 s_iq2xs_grid[512];
+__shared__ __align__(16) uint32_t s_iq3xxs_grid[256];
+__shared__ __align__(16) uint32_t s_iq3s_grid[512];
+__shared__ __align__(16) uint8_t s_ksigns[128];
 
-// a table of N words of type W from the generated global one, by the block's threads
-template <class W, int N>
+// a table of N words of type W from the generated global one, by the block's threads: loaded and
+// stored, or (Async) 16 bytes per cp.async, which the kernel waits for after its routing
+template <bool Async, class W, int N>
 __device__ __forceinline__ void copy_table(W (&dst)[N], const void* src) {
-    static_assert(sizeof(W) * N <= 4096, "a grid table");
-    const W* s = reinterpret_cast<const W*>(src);
-    for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = s[i];
+    static_assert(sizeof(W) * N % 16 == 0 && sizeof(W) * N <= 4096, "a grid table");
+    if constexpr (Async) {
+        const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+        for (int i = threadIdx.x; i < int(sizeof(W)) * N / 16; i += blockDim.x)
+            cp_async16(d + 16 * i, reinterpret_cast<const uint4*>(src) + i, 16);
+    } else {
+        const W* s = reinterpret_cast<const W*>(src);
+        for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = s[i];
+    }
 }
 
 // A grid's value q times the sub-block's scale s rounded to bf16 (h), in one fma per pair: the
@@ -1347,14 +1354,18 @@ __device__ __forceinline__ void grid_values8_fma(uint2 g, uint32_t signs, const 
 
 // The staged kernel's ring loads (SharedLoads or SharedLoadsGeneric) for a type whose Fast<T>
 // decodes with tables (decode_tables): StagedRows then decodes that way, after the block has
-// filled the tables it keeps in shared memory (Fast<T>::fill_tables, as block_setup).
-template <class Base>
+// filled the tables it keeps in shared memory (Fast<T>::fill_tables, as block_setup; Async: by
+// cp.async, waited for after the block's routing).
+template <class Base, bool Async = false>
 struct TableLoads : Base {
-    static constexpr bool kTables = true;
+    static constexpr bool kTables = true, kAsync = Async;
 };
 FTW_OPTIONAL_MEMBER(LoadsTables, kTables, bool, false);
 FTW_HAS_MEMBER(HasTables, decode_tables);
-FTW_HAS_MEMBER(HasFill, fill_tables);  // Fast<T>::fill_tables(): tables in shared memory
+template <class D, class = void>  // Fast<T>::fill_tables<Async>(): tables in shared memory
+struct HasFill : std::false_type {};
+template <class D>
+struct HasFill<D, std::void_t<decltype(&D::template fill_tables<false>)>> : std::true_type {};
 
 // IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: 2-byte aligned blocks, d:f16 first, then the sub-block's 8
 // bytes of grid indices at 2 + 8 * sub-block
@@ -1392,9 +1403,10 @@ struct Fast<IQ2_XXS> {
             grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xxs_grid[(a[0] >> (8 * l)) & 255])),
                          __ldg(&tb::ksigns[(a[1] >> (7 * l)) & 127]), db, w + 4 * l);
     }
+    template <bool Async>
     __device__ static void fill_tables() {
-        copy_table(s_iq2xxs_grid, tb::iq2xxs_grid);
-        copy_table(s_ksigns, tb::ksigns);
+        copy_table<Async>(s_iq2xxs_grid, tb::iq2xxs_grid);
+        copy_table<Async>(s_ksigns, tb::ksigns);
     }
     // decode() with the grid and ksigns in shared memory (the staged kernel's TableLoads): same values
     __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
@@ -1438,9 +1450,10 @@ struct Fast<IQ2_XS> {
                          w + 4 * k);
         }
     }
+    template <bool Async>
     __device__ static void fill_tables() {
-        copy_table(s_iq2xs_grid, tb::iq2xs_grid);
-        copy_table(s_ksigns, tb::ksigns);
+        copy_table<Async>(s_iq2xs_grid, tb::iq2xs_grid);
+        copy_table<Async>(s_ksigns, tb::ksigns);
     }
     __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[2];
@@ -1494,9 +1507,10 @@ struct Fast<IQ3_XXS> {
             grid_values8(g, __ldg(&tb::ksigns[(s >> (7 * l)) & 127]), db, w + 4 * l);
         }
     }
+    template <bool Async>
     __device__ static void fill_tables() {
-        copy_table(s_iq3xxs_grid, tb::iq3xxs_grid);
-        copy_table(s_ksigns, tb::ksigns);
+        copy_table<Async>(s_iq3xxs_grid, tb::iq3xxs_grid);
+        copy_table<Async>(s_ksigns, tb::ksigns);
     }
     __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[2];
@@ -1553,7 +1567,10 @@ struct Fast<IQ3_S> {
             grid_values8(g, sg >> (8 * l), db, w + 4 * l);
         }
     }
-    __device__ static void fill_tables() { copy_table(s_iq3s_grid, tb::iq3s_grid); }
+    template <bool Async>
+    __device__ static void fill_tables() {
+        copy_table<Async>(s_iq3s_grid, tb::iq3s_grid);
+    }
     __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t os = raw.head.os;
         uint32_t q[2];
@@ -1638,7 +1655,8 @@ template <class T, class M, bool = LoadsTables<M>::value && HasFill<Fast<T>>::va
 struct StagedRowsOf : StagedRows<T, M> {};
 template <class T, class M>
 struct StagedRowsOf<T, M, true> : StagedRows<T, M> {
-    __device__ static void block_setup() { Fast<T>::fill_tables(); }
+    static constexpr bool kSetupAsync = M::kAsync;
+    __device__ static void block_setup() { Fast<T>::template fill_tables<M::kAsync>(); }
 };
 struct RegisterFedOnly {};
 
@@ -1759,9 +1777,10 @@ FTW_OPTIONAL_MEMBER(TablesDefault, kTables, bool, false);
 // in shared memory, Q2_K's values in registers), with them (TableLoads): as Fast<T>::kTables says,
 // or for every such type with FTW_GGUF_CUDA_TABLES=1, for none with =0 (the bench's comparisons;
 // read at every launch).
+// (=async: the tables copied by cp.async, overlapping the block's routing)
 template <class T>
 bool decode_with_tables() {
-    return env_is("FTW_GGUF_CUDA_TABLES", "1") ||
+    return env_is("FTW_GGUF_CUDA_TABLES", "1") || env_is("FTW_GGUF_CUDA_TABLES", "async") ||
            (!env_is("FTW_GGUF_CUDA_TABLES", "0") && TablesDefault<Fast<T>>::value);
 }
 
