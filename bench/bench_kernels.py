@@ -101,6 +101,10 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt1": {"FTW_CUDA_STAGED_OPT": "1"}, "slean": {"FTW_CUDA_STAGED_OPT": "lean"},
                  "sperm": {"FTW_CUDA_STAGED_OPT": "perm"}, "swide": {"FTW_CUDA_STAGED_OPT": "wide"},
                  "swide-off": {"FTW_CUDA_STAGED_WIDE": "1000000"}, "swide8": {"FTW_CUDA_STAGED_WIDE": "8"}})
+# early weights (FTW_CUDA_EARLY_WEIGHTS=1, experts_kernels.cuh): a block's first chunks of its
+# first expert in flight before its routing, where token 0's topk_ids name it (bf16, fp8_block
+# register-fed; nvfp4, mxfp4, ds_fp4, mxfp8 staged)
+VARIANTS["early"] = {"FTW_CUDA_EARLY_WEIGHTS": "1"}
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})
