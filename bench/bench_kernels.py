@@ -79,6 +79,13 @@ VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
 VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
 # Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
+# gguf staged decode with tables for every type that has them (FTW_GGUF_CUDA_TABLES=1: the IQ
+# grids in shared memory, Q2_K's values in registers), for none (=0: the IQ grids read from global
+# memory, Q2_K's values by int_pairs); the default takes each type's Fast<T>::kTables. Also with
+# every type forced staged.
+VARIANTS.update({f"gguf-tables-{v}": {"FTW_GGUF_CUDA_TABLES": v} for v in ("0", "1")})
+VARIANTS.update({f"gguf-staged-tables-{v}": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_TABLES": v}
+                 for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
@@ -101,6 +108,11 @@ VARIANTS["before"] = {"FTW_CUDA_REGISTER_SHAPE": "legacy", "FTW_CUDA_FP8_SCALES"
 VARIANTS.update({"sopt1": {"FTW_CUDA_STAGED_OPT": "1"}, "slean": {"FTW_CUDA_STAGED_OPT": "lean"},
                  "sperm": {"FTW_CUDA_STAGED_OPT": "perm"}, "swide": {"FTW_CUDA_STAGED_OPT": "wide"},
                  "swide-off": {"FTW_CUDA_STAGED_WIDE": "1000000"}, "swide8": {"FTW_CUDA_STAGED_WIDE": "8"}})
+# 32-row stages (kOptRows32, experts_kernels.cuh; by default for fp4 phases of >= 6 items of 32 rows
+# per SM: deepseek-v3's two) never (rows32-off) or for rows of at least 1 / 8 / 24 chunks
+# (deepseek-v3 fp4: gate_up 28, down 8; qwen3-30b-a3b fp4: 8 and 3; mxfp8 twice those)
+VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
+                 "rows32-8": {"FTW_CUDA_STAGED_ROWS32": "8"}, "rows32-long": {"FTW_CUDA_STAGED_ROWS32": "24"}})
 # early weights (FTW_CUDA_EARLY_WEIGHTS=1, experts_kernels.cuh): a block's first chunks of its
 # first expert in flight before its routing, where token 0's topk_ids name it (bf16, fp8_block
 # register-fed; nvfp4, mxfp4, ds_fp4, mxfp8 staged)

@@ -11,7 +11,8 @@ rounds them to bf16 (<= 2^-9 relative per weight: ggml scales carry 11 significa
 the typed decoders compute in bf16 (the sub-block's scale rounded to bf16, then the product
 rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; the types with mins
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
-bits (Q5_K), so no rounding of the min's size is common to a sub-block); the activation between
+bits (Q5_K), so no rounding of the min's size is common to a sub-block; Q2_K's staged decode looks
+up ggml's float32 values rounded once to bf16); the activation between
 gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
 rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
 sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
@@ -273,6 +274,26 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
     monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
+
+
+# the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
+# into shared memory per block, Q2_K's four values per 16 in registers; FTW_GGUF_CUDA_TABLES=1),
+# without them (=0), and each type's default ("")
+TABLE_WAYS = ["", "0", "1"]
+
+
+@pytest.mark.parametrize("way", TABLE_WAYS)
+@pytest.mark.parametrize("name", ["Q2_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S"])
+def test_staged_decode_with_tables(name, way, monkeypatch):
+    """Every way decodes the same values within the tolerance: T = 1, and T = 8 over more
+    (expert, band) items than the grid has blocks (a block fills its tables once, then serves
+    several items)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    if way:
+        monkeypatch.setenv("FTW_GGUF_CUDA_TABLES", way)
+    seed = [12, TYPES.index(name), TABLE_WAYS.index(way)]
+    check((name, name, name), 1, seed + [1])
+    check((name, name, name), 8, seed + [8], H=1024, I=512, E=16, K=8)
 
 
 @pytest.mark.parametrize("types", [("Q6_K", "Q6_K", "Q8_0"), ("IQ3_S", "IQ3_S", "MXFP4")])

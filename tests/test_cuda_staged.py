@@ -8,7 +8,9 @@ float32 sums, the activation rounded to bf16 once).
   rule splits only at shapes larger than a test's): each part adds its share into out, the
   first one the bias (mxfp4 has biases: a bias added twice is off by far more than the bound);
 - every variant of the staged kernel (FTW_CUDA_STAGED_OPT: the decoders' previous decode, the
-  kernel before the lean producer and act in pair order, each of the two, both at 128 registers);
+  kernel before the lean producer and act in pair order, each of the two, both at 128 registers),
+  and 32-row stages (FTW_CUDA_STAGED_ROWS32, and the default rule's choice) in both phases or
+  gate_up only, at T = 1, 3, 8, with 4 warps splitting a row and with down's items in parts;
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -64,6 +66,34 @@ def test_staged_variants(name, opt, T, monkeypatch):
         monkeypatch.setenv("FTW_CUDA_STAGED_OPT", opt)
     monkeypatch.setenv("FTW_CUDA_DECODE", "staged")
     out, ref = forward_and_ref(name, 256, 160, 16, 4, T, [T, STAGED.index(name), len(opt)])
+    assert rel_err(out, ref) < tol(name)
+
+
+# 32-row stages (kOptRows32; FTW_CUDA_STAGED_ROWS32=n: rows of at least n chunks; by default where
+# a phase has 6 items of 32 rows per SM, fp4 only): (H, I, E, K, T, env) per case. small: H = 256
+# (gate_up rows of one chunk), I = 160 (down rows of 5 units: a partial chunk); t8: 32 pairs;
+# ksplit4: 4 warps splitting gate_up's 8 chunks (fp4; the partials of both tiles reduced through
+# shared memory); parts2: down's items in 2 parts at T = 1; long: only gate_up's rows (24 chunks for
+# fp4, 48 for mxfp8) take it, down keeps 16-row stages; default: the rule's own choice, down's 100
+# bands of 32 rows x 8 experts (6 per SM on a GPU of up to 133 SMs) for fp4, gate_up's 4 x 8 not
+ROWS32_CASES = {
+    "small_t1": (256, 160, 16, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "small_t3": (256, 160, 16, 4, 3, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "t8": (256, 160, 16, 4, 8, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "ksplit4": (2048, 160, 8, 4, 2, {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_KSPLIT": "4"}),
+    "parts2": (256, 1024, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_PARTS": "2"}),
+    "long": (6144, 256, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "24"}),
+    "default": (3200, 64, 8, 8, 1, {}),
+}
+
+
+@pytest.mark.parametrize("name", STAGED)
+@pytest.mark.parametrize("case", list(ROWS32_CASES))
+def test_staged_rows32(name, case, monkeypatch):
+    H, I, E, K, T, env = ROWS32_CASES[case]  # noqa: E741
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out, ref = forward_and_ref(name, H, I, E, K, T, [7, STAGED.index(name), list(ROWS32_CASES).index(case)])
     assert rel_err(out, ref) < tol(name)
 
 

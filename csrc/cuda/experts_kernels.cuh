@@ -851,8 +851,11 @@ struct SideOf<Dec, true> {
 };
 
 // Dynamic shared memory of the staged kernel: the rings [KS][S][16 rows][pitch] x 16 bytes,
-// then the K-split partials [KS - 1][4][32] floats.
-constexpr int staged_smem(int KS, int S, int units) { return KS * S * units * 16 + (KS - 1) * 4 * 32 * 4; }
+// then the K-split partials [KS - 1][4][32] floats
+// (tiles: 16-row tiles per stage, kOptRows32: the partials of each).
+constexpr int staged_smem(int KS, int S, int units, int tiles = 1) {
+    return KS * S * units * 16 + (KS - 1) * 4 * tiles * 32 * 4;
+}
 
 // Variants of the staged kernel (template OPT, bits; FTW_CUDA_STAGED_OPT picks one at launch so
 // that a benchmark times them in one run; the default has every bit):
@@ -874,9 +877,14 @@ constexpr int kStagedOptAll = kOptDecode;
 //                of a step run the same variant)
 //   kOptWide     128 registers per lane (4 blocks of 4 warps per SM) instead of 96 (5); by default
 //                only for rows of at least FTW_CUDA_STAGED_WIDE (24) chunks (staged_wide)
+//   kOptRows32   a stage holds two 16-row tiles of a chunk (32 rows, 4 KB; an item is a band of
+//                32 rows): each lane decodes rows g, g + 8, g + 16, g + 24 against one load and
+//                permutation of x, and the producer's per-stage work serves twice the bytes; the
+//                ring has 2 stages (8 KB per warp, as 4 of 16 rows), 128 registers (kOptWide);
+//                where staged_rows32 says (FTW_CUDA_STAGED_ROWS32)
 //   kOptEarly    a block's first item's first S chunks copied before the routing, where its
 //                expert is known without it (FTW_CUDA_EARLY_WEIGHTS=1, with kOptLean; see the kernel)
-constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptEarly = 64;
+constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64, kOptEarly = 128;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
@@ -983,6 +991,10 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
     atomicAdd(p.out + int64_t(pair / p.K) * p.H + r, p.topk_weights[pair] * (acc * Dec::post(p, 1, slot, r)));
 }
 
+// Optional, for byte streams: block_setup(), run by every thread of a block before its routing
+// (whose barriers order it before any decode): gguf's IQ grids copied into shared memory.
+FTW_HAS_MEMBER(HasBlockSetup, block_setup);
+
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4 : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -992,12 +1004,14 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     constexpr bool CS = HasChunkScale<Dec>::value;
     constexpr bool BS = ByteStream<Dec>::value;
     static_assert(!(BS && CS), "byte-stream rows carry their scales in the stream");
-    constexpr int SU = StageShape<Dec>::kUnits, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
+    constexpr int TR = (OPT & kOptRows32) != 0 ? 2 : 1;  // 16-row tiles per stage (and per item)
+    constexpr int SU = StageShape<Dec>::kUnits * TR, PI = StageShape<Dec>::kPitch, NCOPY = StageShape<Dec>::kCopy;
     using Side = typename SideOf<Dec>::type;
     constexpr bool LEAN = (OPT & kOptLean) != 0 && !BS;
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
+    static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
 
@@ -1007,7 +1021,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     // LEAN: the shared addresses of the units this lane decodes in stage 0 (rows g, + 8 rows: +1 KB)
     const uint32_t lds_unit[2] = {ring_s + (g * 8 + (tig ^ ((g & 1) << 2))) * 16,
                                   ring_s + (g * 8 + ((tig + 4) ^ ((g & 1) << 2))) * 16};
-    float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4][32]
+    float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4 TR][32]
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
     const int nchunks = (nunits + 7) >> 3;
@@ -1015,16 +1029,19 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     int nmine = 0;  // this block's items, set by the routing (EARLY: 1 before it, for the first)
     const int cpad = (cpw + S - 1) / S * S;  // chunks per item in the ring: cpw, padded to whole rounds
 
-    // Row t (0..15) of band's tile: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
-    // (so a lane's rows g and g + 8 are gate j and up j), phase 1 rows 16 band + t.
+    // Row t (0..15) of a 16-row tile b: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
+    // (so a lane's rows g and g + 8 are gate j and up j), phase 1 rows 16 b + t. An item's band
+    // holds TR tiles (b = TR band + t / 16 for its row t).
     auto tile_row = [&](int band, int t, bool& ok) {
+        const int b = band * TR + (t >> 4);
+        t &= 15;
         int r;
         if (PH == 0) {
-            const int j = band * 8 + (t & 7);
+            const int j = b * 8 + (t & 7);
             ok = j < p.I;
             r = t < 8 ? j : p.I + j;
         } else {
-            r = band * 16 + t;
+            r = b * 16 + t;
             ok = r < p.H;
         }
         return ok ? r : 0;
@@ -1049,11 +1066,11 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     // decode: rows g, g + 8, units 8c + tig + 4j.
     int pli = 0, pi = 0, pslot = -1, pc0 = 0;
     int pnv = 0;  // LEAN: chunks of its item the producer copies (0: none, or the slot is bad)
-    const uint8_t* pw[4];  // LEAN: with this lane's unit offset (lane & 7) * 16
-    bool pwok[4];
-    typename Dec::Row prow[2];
+    const uint8_t* pw[4 * TR];  // LEAN: with this lane's unit offset (lane & 7) * 16
+    bool pwok[4 * TR];
+    typename Dec::Row prow[2 * TR];  // rows g + 8 h
     typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
-    Side side[S][2][2];  // [stage][j][h]
+    Side side[S][2][2 * TR];  // [stage][j][h]
     float cscale[S][2][2];
     auto producer_at = [&](int slot, int band) {  // the producer's item (pc0 set): of `slot`, in `band`
         pslot = slot;
@@ -1061,10 +1078,10 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         pnv = max(0, min(cpw, nchunks - pc0));
         const uint8_t* w = Dec::weights(p, PH, pslot);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
+        for (int k = 0; k < 4 * TR; ++k)
             pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN ? (lane & 7) * 16 : 0);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2 * TR; ++h) {
             bool ok;
             const int r = tile_row(band, g + 8 * h, ok);
             prow[h] = Dec::row(p, PH, pslot, r);
@@ -1082,18 +1099,18 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         const int c = pc0 + pi;
         if constexpr (LEAN) {
             if (pi < pnv) {
-                // one offset for the lane's 4 copies (the same unit of 4 rows); a unit past the
+                // one offset for the lane's 4 TR copies (the same unit of 4 TR rows); a unit past the
                 // row's end copies nothing, from the lane's unit of the chunk at offset 0
                 const bool uok = c * 8 + (lane & 7) < nunits;
                 const uint32_t off = uok ? uint32_t(c) * 128u : 0u;
                 const uint32_t dst = ring_s + (d * SU + (lane >> 3) * 8 + ((lane & 7) ^ (((lane >> 3) & 1) << 2))) * 16;
 #pragma unroll
-                for (int k = 0; k < 4; ++k) cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
+                for (int k = 0; k < 4 * TR; ++k) cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int uj = min(c * 8 + tig + 4 * j, nunits - 1);  // past the row: zero-filled weights
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
+                    for (int h = 0; h < 2 * TR; ++h) {
                         side[d][j][h] = Dec::side(prow[h], uj);
                         if constexpr (CS)
                             cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
@@ -1195,6 +1212,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
+    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
     const int nexp = staged_route<PH>(p, rt);
     // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
     // start once every phase 0 block has passed this point, route, and put their first S chunks
@@ -1251,7 +1269,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         }
         // LEAN: the item's chunks this warp computes, as one count (0: none, or the slot is bad)
         const int nv = count > 0 ? max(0, min(cpw, nchunks - c0)) : 0;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        float acc[TR][4] = {};  // per 16-row tile of the stage
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -1307,29 +1325,32 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                                 }
 #pragma unroll
                                 for (int s = 0; s < V / 4; ++s)
-                                    mma_bf16(acc, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
-                                             xa[2 * s + 1]);
+                                    mma_bf16(acc[0], w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1],
+                                             xa[2 * s], xa[2 * s + 1]);
                             } else {
                                 const int su = (tig + 4 * j) ^ ((g & 1) << 2);  // swizzled unit of rows g and g + 8
-                                uint4 ua, ub;
-                                if constexpr (LEAN) {  // the lane's ring addresses, found once (lds_unit)
-                                    ua = ld_shared_v4(lds_unit[j] + d * SU * 16);
-                                    ub = ld_shared_v4(lds_unit[j] + (d * SU + 64) * 16);
-                                } else {
-                                    ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
-                                }
-                                uint32_t wa[NR], wb[NR];
-                                staged_decode_unit<Dec, OPT>(Dec::raw(ua, side[d][j][0]), wa);
-                                staged_decode_unit<Dec, OPT>(Dec::raw(ub, side[d][j][1]), wb);
-                                float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                                for (int s = 0; s < V / 4; ++s)
-                                    mma_bf16(CS ? part : acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
-                                             xa[2 * s + 1]);
-                                if constexpr (CS) {
-                                    const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
-                                    acc[0] += part[0] * s0, acc[1] += part[1] * s0;
-                                    acc[2] += part[2] * s1, acc[3] += part[3] * s1;
+                                for (int tt = 0; tt < TR; ++tt) {  // the stage's 16-row tiles, one x
+                                    uint4 ua, ub;
+                                    if constexpr (LEAN) {  // the lane's ring addresses, found once (lds_unit)
+                                        ua = ld_shared_v4(lds_unit[j] + (d * SU + tt * 128) * 16);
+                                        ub = ld_shared_v4(lds_unit[j] + (d * SU + tt * 128 + 64) * 16);
+                                    } else {
+                                        ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
+                                    }
+                                    uint32_t wa[NR], wb[NR];
+                                    staged_decode_unit<Dec, OPT>(Dec::raw(ua, side[d][j][2 * tt]), wa);
+                                    staged_decode_unit<Dec, OPT>(Dec::raw(ub, side[d][j][2 * tt + 1]), wb);
+                                    float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                                    for (int s = 0; s < V / 4; ++s)
+                                        mma_bf16(CS ? part : acc[tt], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1],
+                                                 xa[2 * s], xa[2 * s + 1]);
+                                    if constexpr (CS) {
+                                        const float s0 = cscale[d][j][0], s1 = cscale[d][j][1];
+                                        acc[0][0] += part[0] * s0, acc[0][1] += part[1] * s0;
+                                        acc[0][2] += part[2] * s1, acc[0][3] += part[3] * s1;
+                                    }
                                 }
                             }
                         }
@@ -1339,7 +1360,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
-                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc);
+                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc[0]);
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});
@@ -1359,36 +1380,44 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
             __syncthreads();  // warp 0 is done with the previous item's partials
             if (ks > 0)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) red[((ks - 1) * 4 + i) * 32 + lane] = acc[i];
+                for (int tt = 0; tt < TR; ++tt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) red[((ks - 1) * 4 * TR + 4 * tt + i) * 32 + lane] = acc[tt][i];
             __syncthreads();
         }
         if (ks == 0 && count > 0) {
             for (int k = 0; k < KS - 1; ++k)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[i] += red[(k * 4 + i) * 32 + lane];
-            // Accumulator i: row g + 8*(i/2) of the tile, pair slot 2*tig + (i&1).
+                for (int tt = 0; tt < TR; ++tt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int q = 2 * tig + e;
-                if (q >= count) continue;
-                const int pair = rt.pairs[dx][q];
-                if (PH == 0) {
-                    const int j = band * 8 + g;
-                    if (j < p.I) {
-                        if constexpr (AP)
-                            store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e], Dec::act_pos(j));
-                        else
-                            store_activation<Dec>(p, pair, slot, j, acc[e], acc[2 + e]);
-                    }
-                } else {
+                    for (int i = 0; i < 4; ++i) acc[tt][i] += red[(k * 4 * TR + 4 * tt + i) * 32 + lane];
+            // Accumulator i of tile tt: row g + 8*(i/2) of the tile, pair slot 2*tig + (i&1).
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = band * 16 + g + 8 * h;
-                        if (r >= p.H) continue;
-                        if (first_part)
-                            add_down_row<Dec>(p, pair, slot, r, acc[2 * h + e]);
-                        else
-                            add_down_part<Dec>(p, pair, slot, r, acc[2 * h + e]);
+            for (int tt = 0; tt < TR; ++tt) {
+                const int b = band * TR + tt;  // the 16-row tile
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int q = 2 * tig + e;
+                    if (q >= count) continue;
+                    const int pair = rt.pairs[dx][q];
+                    if (PH == 0) {
+                        const int j = b * 8 + g;
+                        if (j < p.I) {
+                            if constexpr (AP)
+                                store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e], Dec::act_pos(j));
+                            else
+                                store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = b * 16 + g + 8 * h;
+                            if (r >= p.H) continue;
+                            if (first_part)
+                                add_down_row<Dec>(p, pair, slot, r, acc[tt][2 * h + e]);
+                            else
+                                add_down_part<Dec>(p, pair, slot, r, acc[tt][2 * h + e]);
+                        }
                     }
                 }
             }
@@ -1661,6 +1690,23 @@ inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "l
 // more, 24 by default.
 inline bool staged_wide(int nchunks) { return nchunks >= env_int("FTW_CUDA_STAGED_WIDE", 24); }
 
+// kOptRows32 (32-row stages, a ring of 2, 128 registers), as measured on the H200 (T = 1, x the
+// ceiling; docs/BENCHMARKS.md "32-row stages"): at the deepseek-v3 size both fp4 phases gain with
+// it (nvfp4 0.51 -> 0.56, mxfp4 0.51 -> 0.55; T = 8 same experts 0.42 -> 0.52), at the
+// qwen3-30b-a3b size both lose (0.38 -> 0.30; its gate_up rows have 8 chunks, as deepseek-v3's
+// down rows, so the chunk count does not separate them). What does: the phase's 32-row items when
+// every token picks the same experts, 7.8 and 13.6 per SM at deepseek-v3, 2.9 and 3.9 at qwen3.
+// So by default: fp4 decoders (mxfp8 was not measured), at least 6 such items per SM.
+// FTW_CUDA_STAGED_ROWS32=0: never; =n > 0: rows of at least n chunks, any decoder (benchmarks).
+template <class Dec>
+bool staged_rows32(const KernelParams& p, int PH, int nchunks) {
+    const int n = env_int("FTW_CUDA_STAGED_ROWS32", -1);
+    if (n >= 0) return n > 0 && nchunks >= n;
+    if (Dec::VEC != 32) return false;
+    const int bands = ((PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16) + 1) / 2;  // of 32 rows
+    return int64_t(bands) * std::min(p.K, p.num_experts) >= 6LL * device_sms();
+}
+
 // The staged kernel's variant for rows of 16-byte units (benchmarks time them in one run):
 // FTW_CUDA_STAGED_OPT=0 runs the decoders' decode_v0 where they keep one, =1 the kernel before
 // kOptLean and kOptActPerm, =lean / =perm one of the two, =wide all three at 128 registers in
@@ -1685,12 +1731,13 @@ struct StagedShape {
     int ks, cpw, per, grid;
 };
 template <class Kernel>
-StagedShape staged_shape(Kernel kernel, int S, int units, int nck, int fewest, int most, int (&fit)[5]) {
+StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5]) {
     const int sms = device_sms();
     auto cap_of = [&](int ks) {  // blocks that fit on the GPU at once
         int n = 0;  // remembered only once the device answered
         if (fit[ks] == 0 &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units)) == cudaSuccess)
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units, tiles)) ==
+                cudaSuccess)
             fit[ks] = n;
         return sms * std::max(fit[ks], 1);
     };
@@ -1720,34 +1767,35 @@ StagedShape staged_shape(Kernel kernel, int S, int units, int nck, int fewest, i
 template <class Dec, int PH, int S, int OPT>
 void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     const auto kernel = experts_decode_staged<Dec, PH, S, OPT>;
-    constexpr int units = StageShape<Dec>::kUnits;
+    constexpr int tiles = (OPT & kOptRows32) != 0 ? 2 : 1;  // 16-row tiles per stage and item
+    constexpr int units = StageShape<Dec>::kUnits * tiles;
     static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
     // The ring of 4 warps plus the static routing table can pass the default 48 KB of shared
     // memory, also where the ring alone does not (gguf Q5_K: 45.5 KB + 2.6 KB failed to launch
     // with 4 warps on the H200): allow the largest launch below, once.
     static const cudaError_t allowed =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units, tiles));
     (void)allowed;
     const int in = PH == 0 ? p.H : p.I;
     const int nchunks = (in / Dec::VEC + 7) / 8;
-    const int nbands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
+    const int nbands = ((PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16) + tiles - 1) / tiles;
     const int fewest = nbands * std::min(p.K, p.num_experts);  // items when every token picks the same experts
     const int most = nbands * std::min(p.T * p.K, p.num_experts);
     // parts for the decoders of 16-byte units (measured there; gguf's byte streams keep the
     // shapes they were measured with, unless FTW_CUDA_STAGED_PARTS forces a count)
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
-    StagedShape sh = staged_shape(kernel, S, units, nchunks, fewest, most, fit);
+    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit);
     const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
     if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
             if (!forced && nck < S) break;
-            const StagedShape t = staged_shape(kernel, S, units, nck, fewest * n, most * n, fit);
+            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit);
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
-    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units), stream,
+    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream,
                   PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
@@ -1771,6 +1819,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             int opt = staged_unit_opt();
             const int nchunks = ((PH == 0 ? p.H : p.I) / Dec::VEC + 7) / 8;
             if (opt == kStagedUnitOpt && staged_wide(nchunks)) opt |= kOptWide;
+            // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
+            if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
+                return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights()) opt |= kOptEarly;
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)

@@ -39,7 +39,10 @@
 // (7.5-9.0e-3 with ScaledMin). Q5_K carries scale and min as bf16 pairs hi + lo (ScaledMin,
 // within an ulp of ggml's float32 value rounded to bf16, 2 more instructions per pair): with
 // ShiftedMin's rounded scale the test case Q5_K T=1, at 6.2e-3 with values rounded once, would
-// measure 8.7e-3 against the tests' 8e-3 (numpy emulation). docs/BENCHMARKS.md has the figures.
+// measure 8.7e-3 against the tests' 8e-3 (numpy emulation). Q2_K's staged decode (its default,
+// Fast<Q2_K>::decode_tables) takes none of these forms: a 16-value half has only four values,
+// ggml's float32 d*sc * q - dmin*m for q = 0..3, each rounded once to bf16 (the table-driven
+// decoder's values) and looked up by prmt. docs/BENCHMARKS.md has the figures.
 // Decode (T <= 8) of Q4_K and Q5_K rows rounds no weight at all: the staged kernel puts their
 // quants in the mma as exact integers and applies each sub-block's scale and min (ggml's float32
 // products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin / ScaledMin serve
@@ -1172,6 +1175,9 @@ struct Q2KFast {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
     static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
+    // staged with its table of values (decode_tables): H200, T=1, 0.25x / 0.22x of the ceiling
+    // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run
+    static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
         uint32_t sc, dd;  // the word holding the unit's two scale bytes; d and dmin
@@ -1201,6 +1207,31 @@ struct Q2KFast {
 #pragma unroll
             for (int k = 4 * half; k < 4 * half + 4; ++k)
                 int_pairs((raw.q[k] >> (2 * s)) & 0x03030303u, f.b, f, w + 2 * k);
+        }
+    }
+    // decode() by a table of values in registers (the staged kernel's TableLoads): a 16-value half
+    // takes four values, ggml's float32 d*sc * q - dmin*m for q = 0..3 each rounded once to bf16
+    // (the table-driven decoder's values), their low bytes in one word and high bytes in another;
+    // a pair of quants then picks its two values with one prmt (selector q | (4 + q) << 4 per
+    // value: one imad for four quants), where int_pairs takes a prmt, a sub and an fma per pair.
+    __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
+        const int s = int(raw.s);
+        const float d = half_bits(raw.dd), dmin = half_bits(raw.dd >> 16);
+        const uint32_t scw = raw.sc >> (16 * (s & 1));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t sc = (scw >> (8 * half)) & 0xFFu;
+            const float dl = d * float(sc & 15), ml = dmin * float(sc >> 4);
+            // (dl * q is exact: an f16 times 4 + 2 bits, so one fma rounds as ggml's mul then sub)
+            const uint32_t v01 = pack_bf16x2(-ml, __fsub_rn(dl, ml));
+            const uint32_t v23 = pack_bf16x2(__fmaf_rn(dl, 2.f, -ml), __fmaf_rn(dl, 3.f, -ml));
+            const uint32_t lo = prmt(v01, v23, 0x6420u), hi = prmt(v01, v23, 0x7531u);
+#pragma unroll
+            for (int k = 4 * half; k < 4 * half + 4; ++k) {
+                const uint32_t sel = ((raw.q[k] >> (2 * s)) & 0x03030303u) * 0x11u + 0x40404040u;
+                w[2 * k] = prmt(lo, hi, sel);  // values 4k, 4k + 1
+                w[2 * k + 1] = prmt(lo, hi, sel >> 16);
+            }
         }
     }
 };
@@ -1267,6 +1298,64 @@ __device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, 
         w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
 }
 
+// ---- the IQ grids in shared memory (the staged kernel's TableLoads) ----------------------------
+//
+// Read from global memory through the L1, a warp's grid lookups (32 random rows of a 1-4 KB
+// table) touch up to 16-32 distinct lines per load, and each lookup's 64-bit address costs an add
+// with carry. In the staged kernel each block copies the grids and ksigns (generated from the
+// gguf package, ggml_tables.h) into shared memory once (block_setup, before the block's
+// routing, whose barriers order the copies before any decode), and decode_tables() reads them
+// with 32-bit shared addresses: ksigns' 128 bytes are 32 words, one per bank; a grid row is one
+// 8-byte (IQ2) or 4-byte (IQ3) word.
+__shared__ uint2 s_iq2xxs_grid[256];
+__shared__ uint2 s_iq2xs_grid[512];
+__shared__ uint32_t s_iq3xxs_grid[256];
+__shared__ uint32_t s_iq3s_grid[512];
+__shared__ uint8_t s_ksigns[128];
+
+// a table of N words of type W from the generated global one, by the block's threads
+template <class W, int N>
+__device__ __forceinline__ void copy_table(W (&dst)[N], const void* src) {
+    static_assert(sizeof(W) * N <= 4096, "a grid table");
+    const W* s = reinterpret_cast<const W*>(src);
+    for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = s[i];
+}
+
+// A grid's value q times the sub-block's scale s rounded to bf16 (h), in one fma per pair: the
+// magic pair (128 + q0, 128 + q1) times h plus -128 h (exact: h times a power of two) is q h
+// rounded once, the same bits as int_pairs' subtraction and multiply (two instructions).
+struct GridScale {
+    uint32_t d, c;
+    __device__ explicit GridScale(float s) {
+        const float h = __bfloat162float(__float2bfloat16_rn(s));
+        d = bf16x2_of(h);
+        c = bf16x2_of(-128.0f * h);
+    }
+};
+
+// grid_values8 with GridScale: 8 magnitudes (bytes of g, < 128) signed by bits 0..7 of signs
+__device__ __forceinline__ void grid_values8_fma(uint2 g, uint32_t signs, const GridScale& f, uint32_t* w) {
+    const uint32_t s = signs & 0xFFu;
+    w[0] = bfma2(prmt(g.x, 0x43u, 0x4140u), f.d, f.c);
+    w[1] = bfma2(prmt(g.x, 0x43u, 0x4342u), f.d, f.c);
+    w[2] = bfma2(prmt(g.y, 0x43u, 0x4140u), f.d, f.c);
+    w[3] = bfma2(prmt(g.y, 0x43u, 0x4342u), f.d, f.c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // as grid_values8
+        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
+}
+
+// The staged kernel's ring loads (SharedLoads or SharedLoadsGeneric) for a type whose Fast<T>
+// decodes with tables (decode_tables): StagedRows then decodes that way, after the block has
+// filled the tables it keeps in shared memory (Fast<T>::fill_tables, as block_setup).
+template <class Base>
+struct TableLoads : Base {
+    static constexpr bool kTables = true;
+};
+FTW_OPTIONAL_MEMBER(LoadsTables, kTables, bool, false);
+FTW_HAS_MEMBER(HasTables, decode_tables);
+FTW_HAS_MEMBER(HasFill, fill_tables);  // Fast<T>::fill_tables(): tables in shared memory
+
 // IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: 2-byte aligned blocks, d:f16 first, then the sub-block's 8
 // bytes of grid indices at 2 + 8 * sub-block
 struct IqHead {
@@ -1303,6 +1392,19 @@ struct Fast<IQ2_XXS> {
             grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xxs_grid[(a[0] >> (8 * l)) & 255])),
                          __ldg(&tb::ksigns[(a[1] >> (7 * l)) & 127]), db, w + 4 * l);
     }
+    __device__ static void fill_tables() {
+        copy_table(s_iq2xxs_grid, tb::iq2xxs_grid);
+        copy_table(s_ksigns, tb::ksigns);
+    }
+    // decode() with the grid and ksigns in shared memory (the staged kernel's TableLoads): same values
+    __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t a[2];
+        iq_qs(raw, a);
+        const GridScale f(__fmul_rn(__fmul_rn(iq_d(raw), 0.5f + float(a[1] >> 28)), 0.25f));
+#pragma unroll
+        for (int l = 0; l < 4; ++l)
+            grid_values8_fma(s_iq2xxs_grid[(a[0] >> (8 * l)) & 255], s_ksigns[(a[1] >> (7 * l)) & 127], f, w + 4 * l);
+    }
 };
 
 // d | qs:u16[32] (9-bit grid index, 7-bit sign index) | scales[8] (a nibble per 16 values); 74 bytes
@@ -1334,6 +1436,25 @@ struct Fast<IQ2_XS> {
             const float db = __fmul_rn(__fmul_rn(d, 0.5f + float((sc >> (4 * (k >> 1))) & 15)), 0.25f);
             grid_values8(__ldg(reinterpret_cast<const uint2*>(tb::iq2xs_grid[e & 511])), __ldg(&tb::ksigns[e >> 9]), db,
                          w + 4 * k);
+        }
+    }
+    __device__ static void fill_tables() {
+        copy_table(s_iq2xs_grid, tb::iq2xs_grid);
+        copy_table(s_ksigns, tb::ksigns);
+    }
+    __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const float d = iq_d(raw.head);
+        const uint32_t sc = raw.sc >> (8 * ((raw.head.os >> 8) & 3));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // a scale per 16 values
+            const GridScale f(__fmul_rn(__fmul_rn(d, 0.5f + float((sc >> (4 * h)) & 15)), 0.25f));
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t e = (q[h] >> (16 * t)) & 0xFFFFu;
+                grid_values8_fma(s_iq2xs_grid[e & 511], s_ksigns[e >> 9], f, w + 8 * h + 4 * t);
+            }
         }
     }
 };
@@ -1371,6 +1492,21 @@ struct Fast<IQ3_XXS> {
             const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i0])),
                              __ldg(reinterpret_cast<const uint32_t*>(tb::iq3xxs_grid[i1]))};
             grid_values8(g, __ldg(&tb::ksigns[(s >> (7 * l)) & 127]), db, w + 4 * l);
+        }
+    }
+    __device__ static void fill_tables() {
+        copy_table(s_iq3xxs_grid, tb::iq3xxs_grid);
+        copy_table(s_ksigns, tb::ksigns);
+    }
+    __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
+        const GridScale f(__fmul_rn(__fmul_rn(iq_d(raw.head), 0.5f + float(s >> 28)), 0.5f));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t i0 = (q[l >> 1] >> (16 * (l & 1))) & 0xFFu, i1 = (q[l >> 1] >> (16 * (l & 1) + 8)) & 0xFFu;
+            grid_values8_fma(make_uint2(s_iq3xxs_grid[i0], s_iq3xxs_grid[i1]), s_ksigns[(s >> (7 * l)) & 127], f, w + 4 * l);
         }
     }
 };
@@ -1415,6 +1551,26 @@ struct Fast<IQ3_S> {
             const uint2 g = {__ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[0]])),
                              __ldg(reinterpret_cast<const uint32_t*>(tb::iq3s_grid[idx[1]]))};
             grid_values8(g, sg >> (8 * l), db, w + 4 * l);
+        }
+    }
+    __device__ static void fill_tables() { copy_table(s_iq3s_grid, tb::iq3s_grid); }
+    __device__ static void decode_tables(const Raw& raw, uint32_t (&w)[16]) {
+        const uint32_t os = raw.head.os;
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t qh = raw.qh >> (8 * ((os >> 8) & 3));
+        const uint32_t sg = __funnelshift_r(raw.sg0, raw.sg1, 8 * ((os >> 10) & 3));
+        const uint32_t sc = (raw.sc >> (8 * ((os >> 12) & 3) + 4 * ((os >> 14) & 1))) & 15;
+        const GridScale f(iq_d(raw.head) * float(1 + 2 * int(sc)));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            uint32_t idx[2];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int k = 2 * l + t;
+                idx[t] = ((q[k >> 2] >> (8 * (k & 3))) & 0xFFu) | ((qh >> k) & 1) << 8;
+            }
+            grid_values8_fma(make_uint2(s_iq3s_grid[idx[0]], s_iq3s_grid[idx[1]]), sg >> (8 * l), f, w + 4 * l);
         }
     }
 };
@@ -1470,8 +1626,19 @@ struct StagedRows {
         return type_row_bytes<T>(proj == 0 ? p.H : p.I);
     }
     __device__ static void decode_staged(const uint8_t* b, int k, uint32_t (&w)[16]) {
-        F::decode(F::template load<M>(b, k), w);
+        if constexpr (LoadsTables<M>::value)
+            F::decode_tables(F::template load<M>(b, k), w);
+        else
+            F::decode(F::template load<M>(b, k), w);
     }
+};
+// with TableLoads and shared-memory tables: the block's tables filled before its first decode
+// (experts_decode_staged's block_setup)
+template <class T, class M, bool = LoadsTables<M>::value && HasFill<Fast<T>>::value>
+struct StagedRowsOf : StagedRows<T, M> {};
+template <class T, class M>
+struct StagedRowsOf<T, M, true> : StagedRows<T, M> {
+    __device__ static void block_setup() { Fast<T>::fill_tables(); }
 };
 struct RegisterFedOnly {};
 
@@ -1484,7 +1651,7 @@ struct RegisterFedOnly {};
 // prefill and FTW_CUDA_DECODE=classic keep the register-fed way Fast<T>::kPrefetch picks).
 // The defaults per type (kPrefetch, kStaged) come from measurements (docs/BENCHMARKS.md).
 template <class T, bool Prefetched, bool Staging, class M = SharedLoads>
-struct TypedDecoder : std::conditional_t<Staging, StagedRows<T, M>, RegisterFedOnly> {
+struct TypedDecoder : std::conditional_t<Staging, StagedRowsOf<T, M>, RegisterFedOnly> {
     using F = Fast<T>;
     using Classic = TypedDecoder<T, Prefetched, false>;  // the register-fed kernels' instantiation
     static constexpr int VEC = 32;
@@ -1583,6 +1750,19 @@ template <class T>
 bool generic_shared_loads() {
     return env_is("FTW_GGUF_CUDA_SHARED", "generic") ||
            (!env_is("FTW_GGUF_CUDA_SHARED", "shared") && GenericSharedDefault<Fast<T>>::value);
+}
+
+// Fast<T>::kTables: the staged kernel decodes rows of type T with its tables by default
+FTW_OPTIONAL_MEMBER(TablesDefault, kTables, bool, false);
+
+// Whether the staged kernel decodes rows of type T, whose Fast<T> has decode_tables (the IQ grids
+// in shared memory, Q2_K's values in registers), with them (TableLoads): as Fast<T>::kTables says,
+// or for every such type with FTW_GGUF_CUDA_TABLES=1, for none with =0 (the bench's comparisons;
+// read at every launch).
+template <class T>
+bool decode_with_tables() {
+    return env_is("FTW_GGUF_CUDA_TABLES", "1") ||
+           (!env_is("FTW_GGUF_CUDA_TABLES", "0") && TablesDefault<Fast<T>>::value);
 }
 
 }  // namespace

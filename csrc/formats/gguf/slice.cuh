@@ -38,6 +38,15 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
         if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedPreferred<Fast<U>>::value)) {
+            // with tables where the type has them (a type's own min form only: with_min_form's
+            // other form keeps the decode it had)
+            if constexpr (std::is_same_v<U, T> && HasTables<Fast<U>>::value) {
+                if (decode_with_tables<U>()) {
+                    if (generic_shared_loads<U>())
+                        return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoadsGeneric>>>(phase, p, stream);
+                    return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoads>>>(phase, p, stream);
+                }
+            }
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {  // (the type's own min form)
