@@ -36,7 +36,7 @@ FORMATS = ["bf16", "fp8_block", "mxfp8"]
 SIZES = {"bf16": (264, 168), "fp8_block": (272, 176), "mxfp8": (256, 160)}
 
 
-def setup(name, T, K, same, seed):
+def make_step(name, T, K, same, seed):
     rng = np.random.default_rng(seed)
     H, I = SIZES[name]  # noqa: E741
     E = 16
@@ -51,7 +51,7 @@ def setup(name, T, K, same, seed):
 def test_early_weights_match_float64_reference(name, T, K, same, monkeypatch):
     # K = 2 at T = 3: block rows 2..5 (register-fed) serve experts no token 0 names, unprimed
     monkeypatch.setenv("FTW_CUDA_EARLY_WEIGHTS", "1")
-    opts, banks, x, x64, ids, wts, ref = setup(name, T, K, same, [T, K, int(same), FORMATS.index(name)])
+    opts, banks, x, x64, ids, wts, ref = make_step(name, T, K, same, [T, K, int(same), FORMATS.index(name)])
     act = ACTS["silu_limit"]
     out = run(name, opts, banks, x, ids, wts, act)
     assert rel_err(out, ref.forward(x64, ids, wts, act)) < tol(name)
@@ -85,7 +85,7 @@ def test_early_weights_corrected_by_the_routing(name, case, T, early, monkeypatc
     # early "0": the same step without early weights, so that a failure here with "1" only is
     # early weights' own
     monkeypatch.setenv("FTW_CUDA_EARLY_WEIGHTS", early)
-    opts, banks, x, x64, ids, wts, ref = setup(name, T, 8, False, [T, len(case), FORMATS.index(name), 1])
+    opts, banks, x, x64, ids, wts, ref = make_step(name, T, 8, False, [T, len(case), FORMATS.index(name), 1])
     view = ce.identity_view(LayerFormat.of(name, opts), banks)
     ref_wts = wts.copy()
     if case == "twice":
