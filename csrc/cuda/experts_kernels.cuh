@@ -429,44 +429,116 @@ __device__ __forceinline__ void decode_expert_legacy(const KernelParams& p, cons
     }
 }
 
+// A lane's rows of one expert in experts_decode and its ring of D chunks in flight (registers):
+// set by prime (rows, then the first D chunks' weights and ScaleRing's scales) either in
+// decode_expert or, with early weights, before the block's routing (experts_decode).
+template <class Dec, int PH, int NT>
+struct DecodeLane {
+    using Shape = RegisterShapeOf<Dec>;
+    static constexpr int V = Dec::VEC, NR = V / 2, NX = NR / 4, D = Shape::D;
+    static constexpr bool CS = HasChunkScale<Dec>::value, SR = Shape::ScaleRing;
+    // Tile n's row h takes the chunk scale of tile sn(n)'s row sh(h) where the decoder says
+    // they share it: phase 0's 8 NT gate (and up) rows of a block, phase 1's 16 NT rows.
+    static constexpr int SHR = ScaleRowsOf<Dec>::value;
+    static constexpr bool share_n = PH == 0 ? SHR % (8 * NT) == 0 : SHR % (16 * NT) == 0;
+    static constexpr bool share_h = PH == 1 && share_n;
+    using ChunkRow = typename ChunkRowOf<Dec>::type;
+    // A stage: one chunk's weight units of every row of the lane, and what XRing / ScaleRing
+    // load with them (unused members cost no registers).
+    struct Stage {
+        typename Dec::Raw w[NT][2];
+        uint4 x[NX];
+        float s[NT][2];
+    };
+    typename Dec::Row row[NT][2];
+    bool rok[NT][2];
+    ChunkRow crow[NT][2];  // chunk scales of the rows, clamped in range (rows past the end)
+    Stage ring[D];
+    int slot, nunits, nchunks;
+
+    __device__ __forceinline__ void set_rows(const KernelParams& p, int s) {
+        const int g = (threadIdx.x & 31) >> 2;
+        slot = s;
+        nunits = (PH == 0 ? p.H : p.I) / V;
+        nchunks = (nunits + 3) >> 2;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int r;
+                if (PH == 0) {
+                    const int j = (blockIdx.x * NT + n) * 8 + g;
+                    rok[n][h] = j < p.I;
+                    r = h ? p.I + j : j;
+                } else {
+                    r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
+                    rok[n][h] = r < p.H;
+                }
+                row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
+                if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
+            }
+    }
+    // Weight loads need no predicate: rows past the matrix read row 0 (clamped above) and
+    // their sums are dropped; units past the row (a partial last chunk, or a refill past the
+    // last chunk) read the row's last unit, which meets zero x or is never used.
+    __device__ __forceinline__ void fetch_tile(int c, int n, Stage& st) const {
+        const int u = min(c * 4 + int(threadIdx.x & 3), nunits - 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) st.w[n][h] = Dec::load(row[n][h], u);
+    }
+    __device__ __forceinline__ float chunk_scale(const KernelParams& p, int n, int h, int c) const {
+        if constexpr (CS)
+            return Dec::chunk_scale(p, PH, crow[share_n ? 0 : n][share_h ? 0 : h], c);
+        else
+            return 0.f;
+    }
+    __device__ __forceinline__ void fetch_scales(const KernelParams& p, int c, Stage& st) const {
+        if constexpr (SR) {
+            const int cc = c < nchunks ? c : 0;  // a chunk past the row: any scale in range
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    st.s[n][h] = (n > 0 && share_n) || (h > 0 && share_h) ? 0.f : chunk_scale(p, n, h, cc);
+        }
+    }
+    // The rows of `s`, and the weights (and ScaleRing's scales) of the warp's first D chunks in
+    // flight; x (XRing) is left to decode_expert, which knows the pairs.
+    __device__ __forceinline__ void prime(const KernelParams& p, int s) {
+        const int KS = blockDim.x / 32, ks = threadIdx.x >> 5;
+        set_rows(p, s);
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            fetch_scales(p, ks + d * KS, ring[d]);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) fetch_tile(ks + d * KS, n, ring[d]);
+        }
+    }
+};
+
 // One expert's share of a decode step: this block's rows of the expert in `tile`, every pair.
+// primed: `lane` already holds the rows of tile.slot and its first D chunks (DecodeLane::prime).
 template <class Dec, int PH, int NT, bool Legacy>
 __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile& tile,
-                                              float (&red)[kMaxKSplit - 1][NT * 4][32]) {
+                                              float (&red)[kMaxKSplit - 1][NT * 4][32], DecodeLane<Dec, PH, NT>& lane,
+                                              bool primed) {
     using Shape = RegisterShapeOf<Dec>;
+    using Lane = DecodeLane<Dec, PH, NT>;
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
     constexpr int D = Shape::D;
     constexpr bool CS = HasChunkScale<Dec>::value;
     constexpr bool XR = Shape::XRing, SR = Shape::ScaleRing;
-    using ChunkRow = typename ChunkRowOf<Dec>::type;
     const int KS = blockDim.x / 32;
     const int slot = tile.slot;
-    const int ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const int in = PH == 0 ? p.H : p.I;
-    const int nunits = in / V;
-    const int nchunks = (nunits + 3) >> 2;
-
-    typename Dec::Row row[NT][2];
-    bool rok[NT][2];
-    ChunkRow crow[NT][2];  // chunk scales of the rows, clamped in range (rows past the end)
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            int r;
-            if (PH == 0) {
-                const int j = (blockIdx.x * NT + n) * 8 + g;
-                rok[n][h] = j < p.I;
-                r = h ? p.I + j : j;
-            } else {
-                r = (blockIdx.x * NT + n) * 16 + g + 8 * h;
-                rok[n][h] = r < p.H;
-            }
-            row[n][h] = Dec::row(p, PH, slot, rok[n][h] ? r : 0);
-            if constexpr (CS) crow[n][h] = Dec::chunk_row(p, PH, slot, rok[n][h] ? r : 0);
-        }
+    const int ks = threadIdx.x >> 5, lane_id = threadIdx.x & 31, g = lane_id >> 2, tig = lane_id & 3;
+    if (!primed) lane.set_rows(p, slot);
+    const int nunits = lane.nunits;
+    const int nchunks = lane.nchunks;
+    auto& row = lane.row;
+    auto& rok = lane.rok;
+    auto& crow = lane.crow;
     const __nv_bfloat16* xrow = nullptr;
     if (g < tile.count) {
         const int pair = tile.pairs[g];
@@ -482,63 +554,42 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
     if constexpr (Legacy) {
         decode_expert_legacy<Dec, PH, NT>(p, tile, acc, row, rok, crow, xrow);
     } else {
-        // A stage: one chunk's weight units of every row of the lane, and what XRing / ScaleRing
-        // load with them (unused members cost no registers).
-        struct Stage {
-            typename Dec::Raw w[NT][2];
-            uint4 x[NX];
-            float s[NT][2];
-        };
-        Stage ring[D];
+        using Stage = typename Lane::Stage;
+        auto& ring = lane.ring;
         auto load_x = [&](int c, uint4 (&x)[NX]) {
             const int u = c * 4 + tig;
             const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(u) * V);
 #pragma unroll
             for (int i = 0; i < NX; ++i) x[i] = (xrow != nullptr && u < nunits) ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
         };
-        // Weight loads need no predicate: rows past the matrix read row 0 (clamped above) and
-        // their sums are dropped; units past the row (a partial last chunk, or a refill past the
-        // last chunk) read the row's last unit, which meets zero x or is never used.
-        auto fetch_tile = [&](int c, int n, Stage& st) {
-            const int u = min(c * 4 + tig, nunits - 1);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) st.w[n][h] = Dec::load(row[n][h], u);
-        };
-        // Tile n's row h takes the chunk scale of tile sn(n)'s row sh(h) where the decoder says
-        // they share it: phase 0's 8 NT gate (and up) rows of a block, phase 1's 16 NT rows.
-        constexpr int SHR = ScaleRowsOf<Dec>::value;
-        constexpr bool share_n = PH == 0 ? SHR % (8 * NT) == 0 : SHR % (16 * NT) == 0;
-        constexpr bool share_h = PH == 1 && share_n;
-        auto chunk_scale = [&](int n, int h, int c) {
-            if constexpr (CS)
-                return Dec::chunk_scale(p, PH, crow[share_n ? 0 : n][share_h ? 0 : h], c);
-            else
-                return 0.f;
-        };
+        auto fetch_tile = [&](int c, int n, Stage& st) { lane.fetch_tile(c, n, st); };
+        auto chunk_scale = [&](int n, int h, int c) { return lane.chunk_scale(p, n, h, c); };
         auto fetch_side = [&](int c, Stage& st) {
             if constexpr (XR) load_x(c, st.x);
-            if constexpr (SR) {
-                const int cc = c < nchunks ? c : 0;  // a chunk past the row: any scale in range
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        st.s[n][h] = (n > 0 && share_n) || (h > 0 && share_h) ? 0.f : chunk_scale(n, h, cc);
-            }
+            lane.fetch_scales(p, c, st);
         };
+        constexpr bool share_n = Lane::share_n, share_h = Lane::share_h;
         auto stage_scale = [&](const float (&sc)[NT][2], int n, int h) { return sc[share_n ? 0 : n][share_h ? 0 : h]; };
         // phase 1 of a programmatic launch: phase 0 complete (act written) before x is read
         auto wait_phase0 = [] {
             if constexpr (PH == 1 && Shape::Pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
         };
-        if constexpr (XR) wait_phase0();
+        if (primed) {  // the weights are in flight: x, once phase 0 is complete
+            wait_phase0();
+            if constexpr (XR) {
 #pragma unroll
-        for (int d = 0; d < D; ++d) {
-            fetch_side(ks + d * KS, ring[d]);
+                for (int d = 0; d < D; ++d) load_x(ks + d * KS, ring[d].x);
+            }
+        } else {
+            if constexpr (XR) wait_phase0();
 #pragma unroll
-            for (int n = 0; n < NT; ++n) fetch_tile(ks + d * KS, n, ring[d]);
+            for (int d = 0; d < D; ++d) {
+                fetch_side(ks + d * KS, ring[d]);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) fetch_tile(ks + d * KS, n, ring[d]);
+            }
+            if constexpr (!XR) wait_phase0();
         }
-        if constexpr (!XR) wait_phase0();
 
         for (int c0 = ks; c0 < nchunks; c0 += D * KS) {
 #pragma unroll
@@ -590,7 +641,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) red[ks - 1][n * 4 + i][lane] = acc[n][i];
+            for (int i = 0; i < 4; ++i) red[ks - 1][n * 4 + i][lane_id] = acc[n][i];
     }
     __syncthreads();
     if (ks == 0) {
@@ -598,7 +649,7 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[n][i] += red[k][n * 4 + i][lane];
+                for (int i = 0; i < 4; ++i) acc[n][i] += red[k][n * 4 + i][lane_id];
 
         // Epilogue. Accumulator (n, i): row g + 8*(i/2) of tile n, pair slot 2*tig + (i&1).
 #pragma unroll
@@ -626,10 +677,25 @@ __device__ __forceinline__ void decode_expert(const KernelParams& p, const Tile&
 }
 
 // The decode kernel: routing once per block, then this block row's share of the distinct experts.
-template <class Dec, int PH, int NT, bool Legacy>
+// Early (early_weights()): block row y < K's first distinct expert is token 0's k = y (a token
+// lists an expert once), known without the routing: the block puts its first D chunks of that
+// expert's weights in flight first, then clears out and routes while they arrive. The routing
+// still decides: a block whose expert turns out otherwise (a token listing an expert twice, which
+// only an unchecked step can pass) drops them and primes again.
+template <class Dec, int PH, int NT, bool Legacy, bool Early = false>
 __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<Dec>::MaxRegs) experts_decode(const KernelParams p) {
+    static_assert(!(Early && Legacy), "early weights prime the shaped loop's ring");
     __shared__ int s_ids[kDecodeMaxPairs], s_first[kDecodeMaxPairs], s_dexp[kDecodeMaxPairs], s_pairs[8], s_meta[2];
     __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
+    DecodeLane<Dec, PH, NT> lane;
+    bool primed = false;  // block-uniform
+    if constexpr (Early) {
+        if (int(blockIdx.y) < p.K) {
+            const int e = p.topk_ids[blockIdx.y];
+            const int s = e >= 0 && e < p.num_experts ? p.slot_of_expert[e] : -1;
+            if (s >= 0 && s < p.num_slots) lane.prime(p, s), primed = true;
+        }
+    }
     if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * gridDim.y * blockDim.x;
         for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -639,8 +705,10 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
     if (PH == 0 && RegisterShapeOf<Dec>::Pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
+        const bool ready = primed && tile.slot == lane.slot;  // only the first expert was primed
+        primed = false;
         if (tile.count == 0) continue;
-        decode_expert<Dec, PH, NT, Legacy>(p, tile, red);
+        decode_expert<Dec, PH, NT, Legacy>(p, tile, red, lane, ready);
         __syncthreads();  // s_pairs and red are rewritten for the next expert
     }
 }
@@ -814,7 +882,9 @@ constexpr int kStagedOptAll = kOptDecode;
 //                permutation of x, and the producer's per-stage work serves twice the bytes; the
 //                ring has 2 stages (8 KB per warp, as 4 of 16 rows), 128 registers (kOptWide);
 //                where staged_rows32 says (FTW_CUDA_STAGED_ROWS32)
-constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64;
+//   kOptEarly    a block's first item's first S chunks copied before the routing, where its
+//                expert is known without it (FTW_CUDA_EARLY_WEIGHTS=1, with kOptLean; see the kernel)
+constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64, kOptEarly = 128;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
@@ -941,26 +1011,11 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     using Side = typename SideOf<Dec>::type;
     constexpr bool LEAN = (OPT & kOptLean) != 0 && !BS;
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
+    constexpr bool EARLY = (OPT & kOptEarly) != 0;
+    static_assert(!EARLY || LEAN, "early weights run the lean producer");
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
-
-    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
-        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
-        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
-    }
-    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
-    if constexpr (SetupAsync<Dec>::value) cp_async_commit();
-    const int nexp = staged_route<PH>(p, rt);
-    if constexpr (SetupAsync<Dec>::value) {  // every thread's copies landed, for every warp
-        cp_async_wait<0>();
-        __syncthreads();
-    }
-    // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
-    // start once every phase 0 block has passed this point, route, and put their first S chunks
-    // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
-    // out) just before their first chunk is consumed.
-    if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -973,8 +1028,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     const int nunits = in / V;
     const int nchunks = (nunits + 7) >> 3;
     const int64_t wrow = Dec::weight_row_bytes(p, PH);
-    const int items = nexp * nbands * nparts;
-    const int nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+    int nmine = 0;  // this block's items, set by the routing (EARLY: 1 before it, for the first)
     const int cpad = (cpw + S - 1) / S * S;  // chunks per item in the ring: cpw, padded to whole rounds
 
     // Row t (0..15) of a 16-row tile b: phase 0 gate rows j0..j0+7 then up rows I+j0..I+j0+7
@@ -1020,12 +1074,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
     Side side[S][2][2 * TR];  // [stage][j][h]
     float cscale[S][2][2];
-    auto producer_item = [&]() {
-        pnv = 0;
-        if (pli >= nmine) return;
-        int band;
-        const int dx = item_of(pli, band, pc0);
-        pslot = rt.slot[dx];
+    auto producer_at = [&](int slot, int band) {  // the producer's item (pc0 set): of `slot`, in `band`
+        pslot = slot;
         if (pslot < 0) return;
         pnv = max(0, min(cpw, nchunks - pc0));
         const uint8_t* w = Dec::weights(p, PH, pslot);
@@ -1039,6 +1089,13 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
             prow[h] = Dec::row(p, PH, pslot, r);
             if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
         }
+    };
+    auto producer_item = [&]() {
+        pnv = 0;
+        if (pli >= nmine) return;
+        int band;
+        const int dx = item_of(pli, band, pc0);
+        producer_at(rt.slot[dx], band);
     };
     auto produce = [&](int d) {  // issue stage d: the producer's chunk, then step the producer on
         const int c = pc0 + pi;
@@ -1129,9 +1186,63 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         cp_async_commit();  // an empty group for a padding chunk: the group count stays one per stage
         if (++pi == cpad) pi = 0, ++pli, producer_item();
     };
-    producer_item();
+    auto prime = [&] {  // the first S chunks of the block's items in flight
+        producer_item();
 #pragma unroll
-    for (int d = 0; d < S; ++d) produce(d);
+        for (int d = 0; d < S; ++d) produce(d);
+    };
+    // EARLY: the block's first item's expert, when it is token 0's k = dx < K (a token lists an
+    // expert once), is known without the routing: its first S chunks are copied while the block
+    // clears out and routes (-1: not known, or out of range or not resident).
+    int early_slot = -1;
+    if constexpr (EARLY) {
+        int band;
+        const int dx = item_of(0, band, pc0);
+        const int e = dx < p.K ? p.topk_ids[dx] : -1;
+        const int s = e >= 0 && e < p.num_experts ? p.slot_of_expert[e] : -1;
+        if (s >= 0 && s < p.num_slots) {
+            early_slot = s, nmine = 1;
+            // as producer_item with the slot the routing will give (a stage past the first item
+            // finds nmine = 1 and is set up again below)
+            producer_at(s, band);
+#pragma unroll
+            for (int d = 0; d < S; ++d) produce(d);
+        }
+    }
+
+    if (PH == 0) {  // phase 1 adds into out: clear it here, before any block leaves
+        const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
+    }
+    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
+    if constexpr (SetupAsync<Dec>::value) cp_async_commit();
+    const int nexp = staged_route<PH>(p, rt);
+    if constexpr (SetupAsync<Dec>::value) {  // every thread's copies landed, for every warp
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+    // Phase 1 is launched as a programmatic dependent of phase 0 (launch_staged): its blocks may
+    // start once every phase 0 block has passed this point, route, and put their first S chunks
+    // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
+    // out) just before their first chunk is consumed.
+    if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int items = nexp * nbands * nparts;
+    nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+    if (!EARLY || early_slot < 0) {
+        prime();
+    } else {
+        int band, c0;
+        if (nmine == 0 || rt.slot[item_of(0, band, c0)] != early_slot) {
+            // the routing found another expert (a token listing one twice, only in an unchecked
+            // step): let the early copies land, then start the ring over
+            cp_async_wait<0>();
+            __syncwarp();
+            pli = 0, pi = 0;
+            prime();
+        } else if (pli > 0) {
+            producer_item();  // the producer stepped past the first item before nmine was known
+        }
+    }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
 
     for (int li = 0; li < nmine; ++li) {
@@ -1571,6 +1682,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
 
 // FTW_CUDA_REGISTER_SHAPE=legacy: the register-fed decode of every decoder with a RegisterShape in
 // the legacy loop (benchmarks compare them in one run; read at every launch).
+// FTW_CUDA_EARLY_WEIGHTS=1: experts_decode's blocks put their first expert's first chunks in flight
+// before the routing (experts_decode, Early); off by default until measured (docs/BENCHMARKS.md,
+// "The qwen3-size decode").
+inline bool early_weights() { return env_is("FTW_CUDA_EARLY_WEIGHTS", "1"); }
+
 inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "legacy"); }
 
 // kOptWide by the row's chunks, as measured on the H200 (T = 1, x the ceiling; docs/BENCHMARKS.md
@@ -1713,6 +1829,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
                 return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
+            if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights()) opt |= kOptEarly;
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)
                     return launch_staged_opt<Dec, PH, S, HasDecodeV0<Dec>::value ? 0 : kOptDecode>(p, stream);
@@ -1724,6 +1841,10 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
                     return launch_staged_opt<Dec, PH, S, kOptDecode | kOptActPerm>(p, stream);
                 case kStagedUnitOpt | kOptWide:
                     return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide>(p, stream);
+                case kStagedUnitOpt | kOptEarly:
+                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptEarly>(p, stream);
+                case kStagedUnitOpt | kOptWide | kOptEarly:
+                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide | kOptEarly>(p, stream);
                 default:
                     return launch_staged_opt<Dec, PH, S, kStagedUnitOpt>(p, stream);
             }
@@ -1757,14 +1878,20 @@ struct ClassicOf {
 };
 
 // experts_decode's launch: a block row per distinct expert (every 8th), a block per NT 16-row
-// tiles, k_split warps per block.
-template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy>
+// tiles, k_split warps per block. EarlyOk: the kernel with early weights is built for C (the
+// formats whose default decode this is), and runs where early_weights() says.
+template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy, bool EarlyOk = false>
 void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     constexpr int NT = RegisterShapeOf<C>::NT;
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
+    if constexpr (EarlyOk && !Legacy) {
+        if (early_weights())
+            return launch_kernel(experts_decode<C, PH, NT, Legacy, true>, dim3(nx, ny), dim3(32 * ks), 0, stream,
+                                 programmatic, p);
+    }
     launch_kernel(experts_decode<C, PH, NT, Legacy>, dim3(nx, ny), dim3(32 * ks), 0, stream, programmatic, p);
 }
 
@@ -1810,7 +1937,10 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
             return;
         }
     }
-    launch_register_fed<typename ClassicOf<Dec>::type, PH>(p, stream);
+    // early weights for the decoders that chose this kernel over the staged one (kStaged false:
+    // bf16, fp8_block), not for the register-fed twins and types of gguf (a build of every type)
+    using C = typename ClassicOf<Dec>::type;
+    launch_register_fed<C, PH, RegisterShapeOf<C>::Legacy, Staged<Dec>::available && !Staged<Dec>::preferred>(p, stream);
 }
 
 // Prefill's tiles (experts_proj): MT m-tiles of 16 pairs of one expert, NT 8-row n-tiles per
