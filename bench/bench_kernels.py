@@ -80,9 +80,10 @@ VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3
 # Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 # gguf staged decode with tables for every type that has them (FTW_GGUF_CUDA_TABLES=1: the IQ
-# grids in shared memory, Q2_K's values in registers), for none (=0: the IQ grids read from global
-# memory, Q2_K's values by int_pairs); the default takes each type's Fast<T>::kTables. Also with
-# every type forced staged.
+# grids copied into shared memory by loads and stores before the routing, Q2_K's values in
+# registers; =async: the IQ grids by cp.async, overlapping the routing, the IQ types' default way),
+# for none (=0: the IQ grids read from global memory, Q2_K's values by int_pairs); the default
+# takes each type's Fast<T>::kTables. Also with every type forced staged.
 VARIANTS.update({f"gguf-tables-{v}": {"FTW_GGUF_CUDA_TABLES": v} for v in ("0", "1", "async")})
 VARIANTS.update({f"gguf-staged-tables-{v}": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_TABLES": v}
                  for v in ("0", "1")})
@@ -116,7 +117,10 @@ VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_
 # early weights (FTW_CUDA_EARLY_WEIGHTS=1, experts_kernels.cuh): a block's first chunks of its
 # first expert in flight before its routing, where token 0's topk_ids name it (bf16, fp8_block
 # register-fed; nvfp4, mxfp4, ds_fp4, mxfp8 staged)
+# register-fed by default, staged not (by measurement): "early" turns it on for both, "early-off"
+# off for both
 VARIANTS["early"] = {"FTW_CUDA_EARLY_WEIGHTS": "1"}
+VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})

@@ -277,8 +277,9 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
 
 
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
-# into shared memory per block, Q2_K's four values per 16 in registers; FTW_GGUF_CUDA_TABLES=1),
-# without them (=0), with them copied by cp.async (=async), and each type's default ("")
+# into shared memory per block, by loads and stores with FTW_GGUF_CUDA_TABLES=1, by cp.async with
+# =async, the IQ types' default; Q2_K's four values per 16 in registers), without them (=0), and
+# each type's default ("")
 TABLE_WAYS = ["", "0", "1", "async"]
 
 

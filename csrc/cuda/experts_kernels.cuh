@@ -1682,10 +1682,15 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
 
 // FTW_CUDA_REGISTER_SHAPE=legacy: the register-fed decode of every decoder with a RegisterShape in
 // the legacy loop (benchmarks compare them in one run; read at every launch).
-// FTW_CUDA_EARLY_WEIGHTS=1: experts_decode's blocks put their first expert's first chunks in flight
-// before the routing (experts_decode, Early); off by default until measured (docs/BENCHMARKS.md,
-// "The qwen3-size decode").
-inline bool early_weights() { return env_is("FTW_CUDA_EARLY_WEIGHTS", "1"); }
+// Early weights: a decode block puts its first expert's first chunks in flight before the routing
+// (experts_decode's Early, the staged kernel's kOptEarly). By measurement (H200, T=1, x the
+// ceiling, same run; docs/BENCHMARKS.md, "Main after the fourth session's merges"): on by default
+// for the register-fed kernel (qwen3-30b-a3b bf16 0.69 -> 0.71, fp8_block 0.57 -> 0.61; deepseek-v3
+// equal), off for the staged one (qwen3-30b-a3b fp4 4-5% slower, mxfp8 equal).
+// FTW_CUDA_EARLY_WEIGHTS=1 turns it on for both, =0 off for both (benchmarks, tests).
+inline bool early_weights(bool by_default) {
+    return by_default ? !env_is("FTW_CUDA_EARLY_WEIGHTS", "0") : env_is("FTW_CUDA_EARLY_WEIGHTS", "1");
+}
 
 inline bool legacy_register_loop() { return env_is("FTW_CUDA_REGISTER_SHAPE", "legacy"); }
 
@@ -1829,7 +1834,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
                 return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
-            if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights()) opt |= kOptEarly;
+            if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights(false)) opt |= kOptEarly;
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)
                     return launch_staged_opt<Dec, PH, S, HasDecodeV0<Dec>::value ? 0 : kOptDecode>(p, stream);
@@ -1879,7 +1884,7 @@ struct ClassicOf {
 
 // experts_decode's launch: a block row per distinct expert (every 8th), a block per NT 16-row
 // tiles, k_split warps per block. EarlyOk: the kernel with early weights is built for C (the
-// formats whose default decode this is), and runs where early_weights() says.
+// formats whose default decode this is), and runs where early_weights(true) says.
 template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy, bool EarlyOk = false>
 void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     constexpr int NT = RegisterShapeOf<C>::NT;
@@ -1888,7 +1893,7 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
     if constexpr (EarlyOk && !Legacy) {
-        if (early_weights())
+        if (early_weights(true))
             return launch_kernel(experts_decode<C, PH, NT, Legacy, true>, dim3(nx, ny), dim3(32 * ks), 0, stream,
                                  programmatic, p);
     }

@@ -1389,6 +1389,9 @@ __device__ __forceinline__ void iq_qs(const IqHead& r, uint32_t (&q)[2]) {
 template <>
 struct Fast<IQ2_XXS> {
     static constexpr bool kHas = true;
+    // staged with its grids in shared memory, copied by cp.async (decode_tables): H200, T=1,
+    // deepseek-v3 0.15x -> 0.17x, qwen3-30b-a3b 0.16x -> 0.16x (1.03x faster) of the ceiling, same run
+    static constexpr bool kTables = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.12x
     static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     using Raw = IqHead;
@@ -1423,6 +1426,9 @@ struct Fast<IQ2_XXS> {
 template <>
 struct Fast<IQ2_XS> {
     static constexpr bool kHas = true;
+    // staged with its grids in shared memory, copied by cp.async (decode_tables): H200, T=1,
+    // deepseek-v3 0.16x -> 0.18x, qwen3-30b-a3b 0.16x -> 0.17x of the ceiling, same run
+    static constexpr bool kTables = true;
     static constexpr bool kStaged = true;  // H200, T=1: 0.16x of the ceiling; loaded 0.15x, prefetched 0.14x
     static constexpr bool kGenericShared = true;  // as IQ3_S (SharedLoads)
     struct Raw {
@@ -1529,6 +1535,9 @@ struct Fast<IQ3_XXS> {
 template <>
 struct Fast<IQ3_S> {
     static constexpr bool kHas = true;
+    // staged with its grids in shared memory, copied by cp.async (decode_tables): H200, T=1,
+    // deepseek-v3 0.20x -> 0.22x, qwen3-30b-a3b 0.18x -> 0.19x of the ceiling, same run
+    static constexpr bool kTables = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.17x
     static constexpr bool kStaged = true;    // H200: 0.19x, faster than both
     static constexpr bool kGenericShared = true;  // H200: 0.20x; 0.19x with ld.shared (SharedLoads)
@@ -1775,9 +1784,10 @@ FTW_OPTIONAL_MEMBER(TablesDefault, kTables, bool, false);
 
 // Whether the staged kernel decodes rows of type T, whose Fast<T> has decode_tables (the IQ grids
 // in shared memory, Q2_K's values in registers), with them (TableLoads): as Fast<T>::kTables says,
-// or for every such type with FTW_GGUF_CUDA_TABLES=1, for none with =0 (the bench's comparisons;
-// read at every launch).
-// (=async: the tables copied by cp.async, overlapping the block's routing)
+// or for every such type with FTW_GGUF_CUDA_TABLES=1 or =async, for none with =0 (the bench's
+// comparisons; read at every launch). The IQ grids (Fast<T>::fill_tables) are copied by cp.async,
+// overlapping the block's routing, except with =1 (loads and stores before the routing: slower
+// at the qwen3-30b-a3b size, docs/BENCHMARKS.md).
 template <class T>
 bool decode_with_tables() {
     return env_is("FTW_GGUF_CUDA_TABLES", "1") || env_is("FTW_GGUF_CUDA_TABLES", "async") ||

@@ -43,7 +43,7 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if constexpr (std::is_same_v<U, T> && HasTables<Fast<U>>::value) {
                 if (decode_with_tables<U>()) {
                     if constexpr (HasFill<Fast<U>>::value) {
-                        if (env_is("FTW_GGUF_CUDA_TABLES", "async")) {
+                        if (!env_is("FTW_GGUF_CUDA_TABLES", "1")) {  // by cp.async but with =1
                             if (generic_shared_loads<U>())
                                 return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoadsGeneric, true>>>(phase, p, stream);
                             return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoads, true>>>(phase, p, stream);
