@@ -117,8 +117,8 @@ VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_
 # early weights (FTW_CUDA_EARLY_WEIGHTS=1, experts_kernels.cuh): a block's first chunks of its
 # first expert in flight before its routing, where token 0's topk_ids name it (bf16, fp8_block
 # register-fed; nvfp4, mxfp4, ds_fp4, mxfp8 staged)
-# register-fed by default, staged not (by measurement): "early" turns it on for both, "early-off"
-# off for both
+# on by default for fp8_block (register-fed), off for bf16 and the staged kernel (by measurement):
+# "early" turns it on everywhere, "early-off" off everywhere
 VARIANTS["early"] = {"FTW_CUDA_EARLY_WEIGHTS": "1"}
 VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},

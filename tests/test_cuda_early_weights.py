@@ -1,5 +1,5 @@
 """Early weights (FTW_CUDA_EARLY_WEIGHTS=1 forces them on for both decode kernels; by default the
-register-fed kernel has them, the staged not; csrc/cuda/experts_kernels.cuh: experts_decode's Early,
+register-fed kernel has them for fp8_block, not bf16, the staged kernel not; csrc/cuda/experts_kernels.cuh: experts_decode's Early,
 experts_decode_staged's kOptEarly): a block whose first expert is token 0's k-th (block row or
 first item y < K) puts that expert's first chunks in flight before the routing, and the routing
 still decides. Against the float64 reference with tests/test_cuda_kernels.py's tolerance

@@ -1684,10 +1684,12 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
 // the legacy loop (benchmarks compare them in one run; read at every launch).
 // Early weights: a decode block puts its first expert's first chunks in flight before the routing
 // (experts_decode's Early, the staged kernel's kOptEarly). By measurement (H200, T=1, x the
-// ceiling, same run; docs/BENCHMARKS.md, "Main after the fourth session's merges"): on by default
-// for the register-fed kernel (qwen3-30b-a3b bf16 0.69 -> 0.71, fp8_block 0.57 -> 0.61; deepseek-v3
-// equal), off for the staged one (qwen3-30b-a3b fp4 4-5% slower, mxfp8 equal).
+// ceiling; docs/BENCHMARKS.md, "Main after the fourth session's merges"): on by default for the
+// register-fed kernel (qwen3-30b-a3b fp8_block 0.57 -> 0.61 and 0.58 -> 0.62 in two runs;
+// deepseek-v3 equal) where its decoder does not opt out (kEarlyWeights = false: bf16, whose two
+// runs disagreed), off for the staged one (qwen3-30b-a3b fp4 4-5% slower, mxfp8 equal).
 // FTW_CUDA_EARLY_WEIGHTS=1 turns it on for both, =0 off for both (benchmarks, tests).
+FTW_OPTIONAL_MEMBER(EarlyWeightsDefault, kEarlyWeights, bool, true);
 inline bool early_weights(bool by_default) {
     return by_default ? !env_is("FTW_CUDA_EARLY_WEIGHTS", "0") : env_is("FTW_CUDA_EARLY_WEIGHTS", "1");
 }
@@ -1884,7 +1886,7 @@ struct ClassicOf {
 
 // experts_decode's launch: a block row per distinct expert (every 8th), a block per NT 16-row
 // tiles, k_split warps per block. EarlyOk: the kernel with early weights is built for C (the
-// formats whose default decode this is), and runs where early_weights(true) says.
+// formats whose default decode this is), and runs where early_weights says.
 template <class C, int PH, bool Legacy = RegisterShapeOf<C>::Legacy, bool EarlyOk = false>
 void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     constexpr int NT = RegisterShapeOf<C>::NT;
@@ -1893,7 +1895,7 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
     const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
     if constexpr (EarlyOk && !Legacy) {
-        if (early_weights(true))
+        if (early_weights(EarlyWeightsDefault<C>::value))
             return launch_kernel(experts_decode<C, PH, NT, Legacy, true>, dim3(nx, ny), dim3(32 * ks), 0, stream,
                                  programmatic, p);
     }

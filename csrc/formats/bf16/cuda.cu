@@ -19,6 +19,10 @@ struct Bf16Decoder {
     // experts_decode_staged runs bf16 but is not its default: measured slower at T=1 (H200,
     // deepseek-v3 size: 0.62x the ceiling against experts_decode's 0.77x; docs/BENCHMARKS.md)
     static constexpr bool kStaged = false;
+    // no early weights by default (experts_kernels.cuh, early_weights): H200, qwen3-30b-a3b, T=1,
+    // two runs disagreed (0.69 -> 0.71 as a variant, 0.69 -> 0.64 as the default, with T=8
+    // faster in both; deepseek-v3 equal)
+    static constexpr bool kEarlyWeights = false;
     struct Side {};
     __device__ static const uint8_t* weights(const KernelParams& p, int proj, int slot) { return bank_row(p, proj, slot); }
     __device__ static int64_t weight_row_bytes(const KernelParams& p, int proj) {
