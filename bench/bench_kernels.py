@@ -114,11 +114,10 @@ VARIANTS.update({"sopt1": {"FTW_CUDA_STAGED_OPT": "1"}, "slean": {"FTW_CUDA_STAG
 # (deepseek-v3 fp4: gate_up 28, down 8; qwen3-30b-a3b fp4: 8 and 3; mxfp8 twice those)
 VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
                  "rows32-8": {"FTW_CUDA_STAGED_ROWS32": "8"}, "rows32-long": {"FTW_CUDA_STAGED_ROWS32": "24"}})
-# early weights (FTW_CUDA_EARLY_WEIGHTS=1, experts_kernels.cuh): a block's first chunks of its
-# first expert in flight before its routing, where token 0's topk_ids name it (bf16, fp8_block
-# register-fed; nvfp4, mxfp4, ds_fp4, mxfp8 staged)
-# on by default for fp8_block (register-fed), off for bf16 and the staged kernel (by measurement):
-# "early" turns it on everywhere, "early-off" off everywhere
+# early weights (FTW_CUDA_EARLY_WEIGHTS, experts_kernels.cuh): a block's first chunks of its first
+# expert in flight before its routing, where token 0's topk_ids name it; on by default for
+# fp8_block (register-fed), off for bf16 and the staged kernel (by measurement): "early" turns it
+# on everywhere (bf16, fp8_block; nvfp4, mxfp4, ds_fp4, mxfp8 staged), "early-off" off everywhere
 VARIANTS["early"] = {"FTW_CUDA_EARLY_WEIGHTS": "1"}
 VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},

@@ -1285,17 +1285,22 @@ struct Fast<Q3_K> {
     }
 };
 
-// 8 grid magnitudes (bytes of g, < 128) with the signs of bits 0..7 of `signs` (bit j set: value
-// j negative), times db in bf16 (one rounding), the sign flipped after as ggml's exact * -1.f;
-// pairs into w[0..3]
+// The signs of s's bits 0..7 (bit j set: value j negative; bits above 7 clear) onto the pairs
+// w[0..3], flipped after the scaling as ggml's exact * -1.f
+__device__ __forceinline__ void sign_values8(uint32_t s, uint32_t* w) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // two copies of s, bit 2i at bit 15 and bit 2i + 1 at bit 31 (no carries)
+        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
+}
+
+// 8 grid magnitudes (bytes of g, < 128) times db in bf16 (one rounding), signed by `signs`
+// (sign_values8); pairs into w[0..3]
 __device__ __forceinline__ void grid_values8(uint2 g, uint32_t signs, float db, uint32_t* w) {
     const Scaled f(db);
     const uint32_t s = signs & 0xFFu;
     int_pairs(g.x, bf16x2_biased(0), f, w);
     int_pairs(g.y, bf16x2_biased(0), f, w + 2);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)  // two copies of s, bit 2i at bit 15 and bit 2i + 1 at bit 31 (no carries)
-        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
+    sign_values8(s, w);
 }
 
 // ---- the IQ grids in shared memory (the staged kernel's TableLoads) ----------------------------
@@ -1347,9 +1352,7 @@ __device__ __forceinline__ void grid_values8_fma(uint2 g, uint32_t signs, const 
     w[1] = bfma2(prmt(g.x, 0x43u, 0x4342u), f.d, f.c);
     w[2] = bfma2(prmt(g.y, 0x43u, 0x4140u), f.d, f.c);
     w[3] = bfma2(prmt(g.y, 0x43u, 0x4342u), f.d, f.c);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)  // as grid_values8
-        w[i] ^= (s * ((1u << (15 - 2 * i)) | (1u << (30 - 2 * i)))) & 0x80008000u;
+    sign_values8(s, w);
 }
 
 // The staged kernel's ring loads (SharedLoads or SharedLoadsGeneric) for a type whose Fast<T>

@@ -26,6 +26,15 @@ void launch_with(int phase, const KernelParams& p, cudaStream_t stream) {
     }
 }
 
+// The staged TypedDecoder<U> with U's tables (TableLoads; Async: filled by cp.async), its ring
+// read the way generic_shared_loads<U> says.
+template <class U, bool pf, bool Async>
+void launch_with_tables(int phase, const KernelParams& p, cudaStream_t stream) {
+    if (generic_shared_loads<U>())
+        return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoadsGeneric, Async>>>(phase, p, stream);
+    launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoads, Async>>>(phase, p, stream);
+}
+
 // A projection whose rows are all of type T, on a 16-byte-aligned bank: TypedDecoder<T> the way
 // the mode says (GgufMode), in T's min form (with_min_form), the staged kernel reading its ring
 // the way generic_shared_loads<T> says, and a default register-fed decode in the shaped loop
@@ -42,16 +51,10 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             // other form keeps the decode it had)
             if constexpr (std::is_same_v<U, T> && HasTables<Fast<U>>::value) {
                 if (decode_with_tables<U>()) {
-                    if constexpr (HasFill<Fast<U>>::value) {
-                        if (!env_is("FTW_GGUF_CUDA_TABLES", "1")) {  // by cp.async but with =1
-                            if (generic_shared_loads<U>())
-                                return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoadsGeneric, true>>>(phase, p, stream);
-                            return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoads, true>>>(phase, p, stream);
-                        }
+                    if constexpr (HasFill<Fast<U>>::value) {  // the IQ grids by cp.async but with =1
+                        if (!env_is("FTW_GGUF_CUDA_TABLES", "1")) return launch_with_tables<U, pf, true>(phase, p, stream);
                     }
-                    if (generic_shared_loads<U>())
-                        return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoadsGeneric>>>(phase, p, stream);
-                    return launch_with<TypedDecoder<U, pf, true, TableLoads<SharedLoads>>>(phase, p, stream);
+                    return launch_with_tables<U, pf, false>(phase, p, stream);
                 }
             }
             if (generic_shared_loads<U>())
