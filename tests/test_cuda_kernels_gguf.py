@@ -211,6 +211,7 @@ def test_staged_kernel_reading_its_ring_either_way(name, loads, monkeypatch):
     into place) decode the same values."""
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
     monkeypatch.setenv("FTW_GGUF_CUDA_SHARED", loads)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", "0")  # (the IQ types' default reads no spans)
     check((name, name, name), 4, [4, TYPES.index(name), 6])
 
 
@@ -276,6 +277,27 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
     check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
 
 
+# The IQ types in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS: the default
+# "", "0" the decode they had before), with rings of 2 (the default ""), 3 and 4 stages
+INT_SUMS = ["", "0"]
+
+
+@pytest.mark.parametrize("sums, stages", [("", ""), ("", "3"), ("", "4"), ("0", "")])
+@pytest.mark.parametrize("types, T, size", [(("IQ2_XXS", "IQ2_XXS", "IQ2_XXS"), 1, {}),
+                                            (("IQ2_XS", "IQ2_XS", "IQ2_XS"), 3, {}),
+                                            (("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), 1, {}),
+                                            (("IQ3_S", "IQ3_S", "IQ3_S"), 2, {}),
+                                            (("IQ2_XS", "IQ2_XS", "IQ3_S"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("IQ3_XXS", "IQ3_XXS", "IQ2_XXS"), 8, {"H": 768, "I": 256, "E": 8, "K": 8})])
+def test_iq_types_on_float32_sub_block_sums(types, T, size, sums, stages, monkeypatch):
+    """The grid values as exact signed bf16 integers, each scale group's (32 values, IQ2_XS's 16)
+    float32 scale applied to the mma's sums, against gguf.quants' values: one item per block and
+    more items than blocks, rows of 1, 2, 3 and 8 super-blocks, T = 1..8 (pair columns 0..7)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", sums)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [13, sum(map(ord, "".join(types))), INT_SUMS.index(sums), len(stages)], **size)
+
+
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
 # into shared memory per block, by loads and stores with FTW_GGUF_CUDA_TABLES=1, by cp.async with
 # =async, the IQ types' default; Q2_K's four values per 16 in registers), without them (=0), and
@@ -290,6 +312,7 @@ def test_staged_decode_with_tables(name, way, monkeypatch):
     (expert, band) items than the grid has blocks (a block fills its tables once, then serves
     several items)."""
     monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
+    monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", "0")  # the IQ types' bf16 decode (test below: their default)
     if way:
         monkeypatch.setenv("FTW_GGUF_CUDA_TABLES", way)
     seed = [12, TYPES.index(name), TABLE_WAYS.index(way)]

@@ -976,6 +976,60 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     }
 }
 
+// ---- byte streams as signed integers with scales on float32 sums (gguf IQ types) ------------
+//
+// As the sub-block sums above, for rows whose values are a scale times a signed small integer
+// with no offset (the IQ grids, looked up as exact bf16): per scale group the mma's dot P of the
+// integers with x, times the group's float32 scale, into the accumulators; no sum of x and no
+// weight rounded. Optional interface, on top of the byte-stream one (detected by kIntSums; the
+// chunk holds exactly one block of 8 sub-blocks of 32 values):
+//   kScaleGroup                          values per scale: 32 (lane tig: values 8 tig .. 8 tig + 7
+//                                        of each sub-block, two mma chained) or 16 (values
+//                                        4 tig .. 4 tig + 3 of each half, an mma per half)
+//   float head(b)                        a row's block scale d, read from the ring at b
+//   int_values(b, j, tig, w[4], s[2])    the lane's values of sub-block j as bf16 pairs in the
+//                                        order above, and its groups' scales in units of d (the
+//                                        chunk's sums are multiplied by d once)
+// gguf's IntSumRows (csrc/formats/gguf/decoders.cuh) has the figures.
+FTW_HAS_MEMBER(IntSums, kIntSums);
+
+// One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
+// pair's chunk, any pair's where the lane has none), into the lane's accumulators.
+template <class Dec>
+__device__ __forceinline__ void staged_int_sum_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
+                                                     int tig, float (&acc)[4]) {
+    float c[4] = {0.f, 0.f, 0.f, 0.f};  // the chunk's sums in units of each row's d
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        uint32_t wa[4], wb[4];
+        float sa[2], sb[2];
+        Dec::int_values(b0, j, tig, wa, sa);
+        Dec::int_values(b1, j, tig, wb, sb);
+        // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1)
+        if constexpr (Dec::kScaleGroup == 32) {
+            const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xc + 32 * j + 8 * tig));
+            float P[4];
+            mma_bf16_zero(P, wa[0], wb[0], wa[1], wb[1], xv.x, xv.y);
+            mma_bf16_acc(P, wa[2], wb[2], wa[3], wb[3], xv.z, xv.w);
+            c[0] = fmaf(sa[0], P[0], c[0]), c[1] = fmaf(sa[0], P[1], c[1]);
+            c[2] = fmaf(sb[0], P[2], c[2]), c[3] = fmaf(sb[0], P[3], c[3]);
+        } else {
+            static_assert(Dec::kScaleGroup == 16, "scale groups of 32 or 16 values");
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const uint2 xv = __ldg(reinterpret_cast<const uint2*>(xc + 32 * j + 16 * e + 4 * tig));
+                float P[4];
+                mma_bf16_zero(P, wa[2 * e], wb[2 * e], wa[2 * e + 1], wb[2 * e + 1], xv.x, xv.y);
+                c[0] = fmaf(sa[e], P[0], c[0]), c[1] = fmaf(sa[e], P[1], c[1]);
+                c[2] = fmaf(sb[e], P[2], c[2]), c[3] = fmaf(sb[e], P[3], c[3]);
+            }
+        }
+    }
+    const float d0 = Dec::head(b0), d1 = Dec::head(b1);
+    acc[0] = fmaf(d0, c[0], acc[0]), acc[1] = fmaf(d0, c[1], acc[1]);
+    acc[2] = fmaf(d1, c[2], acc[2]), acc[3] = fmaf(d1, c[3], acc[3]);
+}
+
 template <class Dec, int OPT, class Raw, class W>
 __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
     if constexpr (!(OPT & kOptDecode) && HasDecodeV0<Dec>::value)
@@ -1259,7 +1313,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         // sub-block decoders: lanes without a pair read the first pair's x (their mma columns are
         // dropped), so that x's loads need no predicate
         const __nv_bfloat16* xsub = xrow;
-        if (SubBlocks<Dec>::value && xsub == nullptr && count > 0) {
+        if ((SubBlocks<Dec>::value || IntSums<Dec>::value) && xsub == nullptr && count > 0) {
             const int pair = rt.pairs[dx][0];
             xsub = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
@@ -1368,6 +1422,12 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                         staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
                                                     xsub + int64_t(c) * 256 + 8 * tig, tig, acc[0]);
+                    } else if constexpr (IntSums<Dec>::value) {  // (whole blocks, as above)
+                        const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                        const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                        staged_int_sum_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
+                                                  sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
+                                                  xsub + int64_t(c) * 256, tig, acc[0]);
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});
@@ -1920,7 +1980,8 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
             constexpr bool wide = StageShape<Dec>::kPitch >= 13;
-            if constexpr (ByteStream<Dec>::value && (wide || SubBlocks<Dec>::value)) {
+            constexpr bool sums = SubBlocks<Dec>::value || IntSums<Dec>::value;  // float32 sub-block sums
+            if constexpr (ByteStream<Dec>::value && (wide || sums)) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
                 // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
                 // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). 2 stages, by
@@ -1934,13 +1995,13 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between)
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
-                if (SubBlocks<Dec>::value || byte_stream_opt() == kByteStreamOpt) {
+                if (sums || byte_stream_opt() == kByteStreamOpt) {
                     if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
-                    if constexpr (SubBlocks<Dec>::value) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
+                    if constexpr (sums) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
                 }
             }
-            if constexpr (!SubBlocks<Dec>::value) launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
+            if constexpr (!sums) launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
         }
     }

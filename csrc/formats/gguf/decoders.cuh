@@ -1322,7 +1322,7 @@ __shared__ __align__(16) uint8_t s_ksigns[128];
 // stored, or (Async) 16 bytes per cp.async, which the kernel waits for after its routing
 template <bool Async, class W, int N>
 __device__ __forceinline__ void copy_table(W (&dst)[N], const void* src) {
-    static_assert(sizeof(W) * N % 16 == 0 && sizeof(W) * N <= 4096, "a grid table");
+    static_assert(sizeof(W) * N % 16 == 0 && sizeof(W) * N <= 8192, "a grid table");
     if constexpr (Async) {
         const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
         for (int i = threadIdx.x; i < int(sizeof(W)) * N / 16; i += blockDim.x)
@@ -1604,6 +1604,139 @@ struct Fast<IQ3_S> {
     }
 };
 
+// ---- IQ types on float32 sub-block sums (the staged kernel's kIntSums interface) -------------
+//
+// experts_decode_staged (csrc/cuda/experts_kernels.cuh, staged_int_sum_chunk) puts the grid
+// values into the mma as they are, exact bf16 integers with their signs (IQ2: 8, 25, 43; IQ3_XXS
+// 4..62; IQ3_S 1..15), and applies each scale group's scale to the mma's float32 sums (ggml's
+// db = d * f, f = 0.5 + n or 1 + 2 n exact: f per group, d once per chunk and row): no weight is
+// rounded at all, and no value is multiplied by its scale. The quad's
+// four lanes split each 32-value sub-block: lane tig takes values 8 tig .. 8 tig + 7 (one IQ2 grid
+// row, two IQ3 rows, one ksigns byte) where a scale covers the sub-block, and values 4 tig ..
+// 4 tig + 3 of each half (half an IQ2 row) where a scale covers 16 values (IQ2_XS). The grids are
+// copied as bf16 bit patterns (generated from the gguf package, *_grid_bf16: one 16-byte or 8-byte
+// word per row) into shared memory per block by cp.async, with ksigns (as the tables of
+// decode_tables above). IqInt<T> per type (kHas), seen by the kernel through IntSumRows below:
+//   kScaleGroup                           values per scale: 32 or 16
+//   float head(b)                         the block's d at b, times the type's power of two
+//   int_values(b, j, tig, w[4], s[2])     the lane's 8 values of sub-block j as signed integer bf16
+//                                         pairs in the order the kernel's mma take them, and the
+//                                         scales of its groups in units of d (s[1] only for
+//                                         16-value groups): db / d = 0.5 + n, 1 + 2 n, exact
+//                                         (the kernel multiplies the chunk's sums by d once)
+//   fill_int_tables<Async>()              the tables into shared memory (the block's setup)
+__shared__ __align__(16) uint4 s_iq2xxs_bf16[256];
+__shared__ __align__(16) uint4 s_iq2xs_bf16[512];
+__shared__ __align__(16) uint2 s_iq3xxs_bf16[256];
+__shared__ __align__(16) uint2 s_iq3s_bf16[512];
+
+// 2 bytes at a 2-byte-aligned address, 4 bytes at a 2-byte-aligned address (two 16-bit loads)
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(p) | ld_u16(p + 2) << 16; }
+
+// n + 0.5 for an integer n < 2^22, exactly: the float 2^23 + n (its bits need no conversion) less
+// 2^23 - 0.5
+__device__ __forceinline__ float half_step(uint32_t n) { return __uint_as_float(0x4B000000u | n) - (kTwo23 - 0.5f); }
+
+// d | per sub-block: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale; 66-byte blocks.
+// db = d * (0.5 + scale) * 0.25 (the 0.25 on d: a power of two, the same float)
+template <class T>
+struct IqInt {
+    static constexpr bool kHas = false, kDefault = false;
+};
+template <>
+struct IqInt<IQ2_XXS> {
+    static constexpr bool kHas = true, kDefault = true;
+    static constexpr int kScaleGroup = 32;
+    __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)) * 0.25f; }
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint8_t* q = b + 2 + 8 * j;
+        const uint32_t a = ld_u32_a2(q + 4);
+        const uint4 g = s_iq2xxs_bf16[q[tig]];
+        w[0] = g.x, w[1] = g.y, w[2] = g.z, w[3] = g.w;
+        sign_values8(s_ksigns[(a >> (7 * tig)) & 127], w);
+        s[0] = half_step(a >> 28);
+    }
+    template <bool Async>
+    __device__ static void fill_int_tables() {
+        copy_table<Async>(s_iq2xxs_bf16, tb::iq2xxs_grid_bf16);
+        copy_table<Async>(s_ksigns, tb::ksigns);
+    }
+};
+
+// d | qs:u16[32] (9-bit grid index, 7-bit sign index per 8 values) | scales[8] (a nibble per 16
+// values); 74 bytes. Lane tig: values 4 tig .. 4 tig + 3 of each half e, i.e. half tig & 1 of grid
+// row 2 e + tig / 2.
+template <>
+struct IqInt<IQ2_XS> {
+    static constexpr bool kHas = true, kDefault = true;
+    static constexpr int kScaleGroup = 16;
+    __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)) * 0.25f; }
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint8_t* q = b + 2 + 8 * j + 2 * (tig >> 1);
+        const uint32_t sc = b[66 + j], half = tig & 1;
+        // sign_values8's multipliers for the half's sign bits 4 half .. 4 half + 3
+        const uint32_t m0 = half ? (1u << 11 | 1u << 26) : (1u << 15 | 1u << 30);
+        const uint32_t m1 = half ? (1u << 9 | 1u << 24) : (1u << 13 | 1u << 28);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint32_t v = ld_u16(q + 4 * e);
+            const uint2 g = reinterpret_cast<const uint2*>(s_iq2xs_bf16)[2 * (v & 511) + half];
+            const uint32_t sg = s_ksigns[v >> 9];
+            w[2 * e] = g.x ^ ((sg * m0) & 0x80008000u);
+            w[2 * e + 1] = g.y ^ ((sg * m1) & 0x80008000u);
+            s[e] = half_step((sc >> (4 * e)) & 15);
+        }
+    }
+    template <bool Async>
+    __device__ static void fill_int_tables() {
+        copy_table<Async>(s_iq2xs_bf16, tb::iq2xs_grid_bf16);
+        copy_table<Async>(s_ksigns, tb::ksigns);
+    }
+};
+
+// d | qs[64] (a grid index per 4 values) | per sub-block: u32 of 4x7 sign bits + scale; 98 bytes.
+// db = d * (0.5 + scale) * 0.5
+template <>
+struct IqInt<IQ3_XXS> {
+    static constexpr bool kHas = true, kDefault = true;
+    static constexpr int kScaleGroup = 32;
+    __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)) * 0.5f; }
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint32_t i = ld_u16(b + 2 + 8 * j + 2 * tig), a = ld_u32_a2(b + 66 + 4 * j);
+        const uint2 g0 = s_iq3xxs_bf16[i & 255], g1 = s_iq3xxs_bf16[i >> 8];
+        w[0] = g0.x, w[1] = g0.y, w[2] = g1.x, w[3] = g1.y;
+        sign_values8(s_ksigns[(a >> (7 * tig)) & 127], w);
+        s[0] = half_step(a >> 28);
+    }
+    template <bool Async>
+    __device__ static void fill_int_tables() {
+        copy_table<Async>(s_iq3xxs_bf16, tb::iq3xxs_grid_bf16);
+        copy_table<Async>(s_ksigns, tb::ksigns);
+    }
+};
+
+// d | qs[64] | qh[8] (9th index bit) | signs[32] (a bit per value) | scales[4] (nibbles); 110 bytes.
+// db = d * (1 + 2 scale)
+template <>
+struct IqInt<IQ3_S> {
+    static constexpr bool kHas = true, kDefault = true;
+    static constexpr int kScaleGroup = 32;
+    __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)); }
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint32_t i = ld_u16(b + 2 + 8 * j + 2 * tig), qh = uint32_t(b[66 + j]) >> (2 * tig);
+        const uint2 g0 = s_iq3s_bf16[(i & 255) | (qh & 1) << 8], g1 = s_iq3s_bf16[(i >> 8) | (qh & 2) << 7];
+        w[0] = g0.x, w[1] = g0.y, w[2] = g1.x, w[3] = g1.y;
+        sign_values8(b[74 + 4 * j + tig], w);
+        const uint32_t sc = (uint32_t(b[106 + (j >> 1)]) >> (4 * (j & 1))) & 15;
+        s[0] = __uint_as_float(0x4B000000u | (2 * sc + 1)) - kTwo23;  // 1 + 2 sc exactly
+    }
+    template <bool Async>
+    __device__ static void fill_int_tables() {
+        copy_table<Async>(s_iq3s_bf16, tb::iq3s_grid_bf16);
+    }
+};
+
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
 
@@ -1762,6 +1895,30 @@ struct SubBlockRows : Dec {
     }
 };
 inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0"); }
+
+// A staged TypedDecoder of an IQ type on float32 sub-block sums (IqInt<T>: the grid values as
+// exact signed integers, the scales on the sums; experts_decode_staged's kIntSums interface,
+// staged_int_sum_chunk; its ring 2 stages, launch_decode): the IQ types' default decode;
+// FTW_GGUF_CUDA_INTSUMS=0 runs the decode they had before (decode_tables, IQ3_XXS register-fed).
+template <class T, class Dec>
+struct IntSumRows : Dec {
+    using I = IqInt<T>;
+    static_assert(I::kHas && Dec::kChunkBytes == T::size.block_bytes, "a chunk is one IQ super-block");
+    static constexpr bool kIntSums = true;
+    static constexpr int kScaleGroup = I::kScaleGroup;
+    static constexpr bool kSetupAsync = true;  // the grids by cp.async, waited for after the routing
+    __device__ static void block_setup() { I::template fill_int_tables<true>(); }
+    __device__ static float head(const uint8_t* b) { return I::head(b); }
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        I::int_values(b, j, tig, w, s);
+    }
+};
+// whether rows of IQ type T decode on float32 sums: IqInt<T>::kDefault, or for every IQ type with
+// FTW_GGUF_CUDA_INTSUMS=1, for none with =0 (benchmarks, tests; read at every launch)
+template <class T>
+bool int_sums() {
+    return env_is("FTW_GGUF_CUDA_INTSUMS", "1") || (!env_is("FTW_GGUF_CUDA_INTSUMS", "0") && IqInt<T>::kDefault);
+}
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

@@ -87,6 +87,13 @@ def header() -> str:
         g = grid_values(cls)
         out.append(f"// {cls.__name__} grid: index -> {g.shape[1]} magnitudes")
         out.append(c_array("uint8_t", cname, g, per_line=g.shape[1] * 2))
+        # the same magnitudes as bf16 bit patterns (exact: small integers), for the CUDA decoders
+        # that put them into the mma as they are and scale the float32 sums (a row: 8 or 16 bytes)
+        f = g.astype(np.float32)
+        bf16 = (f.view(np.uint32) >> 16).astype(np.uint16)
+        assert np.array_equal((bf16.astype(np.uint32) << 16).view(np.float32), f)
+        out.append(f"// {cls.__name__} grid as bf16: index -> {g.shape[1]} magnitudes' bit patterns")
+        out.append(c_array("uint16_t", cname + "_bf16", bf16, per_line=g.shape[1] * 2))
     out += ["}  // namespace ftw::ggml::tables", ""]
     return "\n".join(out)
 
