@@ -13,9 +13,9 @@ rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; th
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block; Q2_K's staged decode looks
 up ggml's float32 values rounded once to bf16); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
-rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
-sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
+gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K, Q5_K,
+IQ2_XXS, IQ2_XS and IQ3_S rows rounds no weight: the staged kernel applies their sub-block scales
+(and mins) to float32 sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
 measured with the typed decoders); a wrong block layout gives errors of order 1. Run with -s to
 print the measured error of every case.
 """
@@ -277,12 +277,13 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
     check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
 
 
-# The IQ types in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS: the default
-# "", "0" the decode they had before), with rings of 2 (the default ""), 3 and 4 stages
-INT_SUMS = ["", "0"]
+# The IQ types in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS=1: for every IQ
+# type, IQ3_XXS's too, whose default stays register-fed; "0" the decode they had before), with rings
+# of 2 (the default ""), 3 and 4 stages
+INT_SUMS = ["1", "0"]
 
 
-@pytest.mark.parametrize("sums, stages", [("", ""), ("", "3"), ("", "4"), ("0", "")])
+@pytest.mark.parametrize("sums, stages", [("1", ""), ("1", "3"), ("1", "4"), ("0", "")])
 @pytest.mark.parametrize("types, T, size", [(("IQ2_XXS", "IQ2_XXS", "IQ2_XXS"), 1, {}),
                                             (("IQ2_XS", "IQ2_XS", "IQ2_XS"), 3, {}),
                                             (("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), 1, {}),

@@ -14,7 +14,8 @@
 // The launch (launch.cu) looks each projection's decoder up by its ggml type; FTW_GGUF_CUDA_DECODER=
 // table | staged | loaded | prefetched forces one kind (tests, the bench's comparisons), as
 // FTW_GGUF_CUDA_MIN does the way the types with mins apply them (with_min_form) and
-// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads); a
+// FTW_GGUF_CUDA_SHARED the way the staged kernel reads its ring (generic_shared_loads) and
+// FTW_GGUF_CUDA_INTSUMS whether the IQ types decode on float32 sums (int_sums); a
 // type's default register-fed decode runs experts_decode's shaped loop (ShapedDecoder,
 // FTW_CUDA_REGISTER_SHAPE=legacy the legacy one).
 //
@@ -47,6 +48,8 @@
 // quants in the mma as exact integers and applies each sub-block's scale and min (ggml's float32
 // products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin / ScaledMin serve
 // their register-fed and prefill kernels and FTW_GGUF_CUDA_SUBBLOCKS=0.
+// Decode of IQ2_XXS, IQ2_XS and IQ3_S rows rounds no weight either: their grid values enter the mma
+// as exact signed bf16 integers, the scales go onto the float32 sums (IntSumRows, IqInt below).
 // Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
@@ -1644,6 +1647,8 @@ template <class T>
 struct IqInt {
     static constexpr bool kHas = false, kDefault = false;
 };
+// H200, T=1, x the streaming ceiling against the decode before (decode_tables), same run
+// (docs/BENCHMARKS.md, "IQS"): deepseek-v3 0.17 -> 0.18, qwen3-30b-a3b 0.16 -> 0.17
 template <>
 struct IqInt<IQ2_XXS> {
     static constexpr bool kHas = true, kDefault = true;
@@ -1667,6 +1672,7 @@ struct IqInt<IQ2_XXS> {
 // d | qs:u16[32] (9-bit grid index, 7-bit sign index per 8 values) | scales[8] (a nibble per 16
 // values); 74 bytes. Lane tig: values 4 tig .. 4 tig + 3 of each half e, i.e. half tig & 1 of grid
 // row 2 e + tig / 2.
+// H200, T=1: 0.18 -> 0.19, 0.17 -> 0.18 (T=8 same experts 4-6% slower: 0.16 -> 0.15, 0.14 -> 0.14)
 template <>
 struct IqInt<IQ2_XS> {
     static constexpr bool kHas = true, kDefault = true;
@@ -1697,9 +1703,11 @@ struct IqInt<IQ2_XS> {
 
 // d | qs[64] (a grid index per 4 values) | per sub-block: u32 of 4x7 sign bits + scale; 98 bytes.
 // db = d * (0.5 + scale) * 0.5
+// Not the default: H200, T=1, 0.24 -> 0.24 at deepseek-v3, but 0.26 -> 0.21 at qwen3-30b-a3b against
+// its register-fed decode (FTW_GGUF_CUDA_INTSUMS=1 runs it)
 template <>
 struct IqInt<IQ3_XXS> {
-    static constexpr bool kHas = true, kDefault = true;
+    static constexpr bool kHas = true, kDefault = false;
     static constexpr int kScaleGroup = 32;
     __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)) * 0.5f; }
     __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
@@ -1718,6 +1726,7 @@ struct IqInt<IQ3_XXS> {
 
 // d | qs[64] | qh[8] (9th index bit) | signs[32] (a bit per value) | scales[4] (nibbles); 110 bytes.
 // db = d * (1 + 2 scale)
+// H200, T=1: 0.22 -> 0.28, 0.18 -> 0.22 (1.27x, 1.19x faster)
 template <>
 struct IqInt<IQ3_S> {
     static constexpr bool kHas = true, kDefault = true;
@@ -1898,8 +1907,9 @@ inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0");
 
 // A staged TypedDecoder of an IQ type on float32 sub-block sums (IqInt<T>: the grid values as
 // exact signed integers, the scales on the sums; experts_decode_staged's kIntSums interface,
-// staged_int_sum_chunk; its ring 2 stages, launch_decode): the IQ types' default decode;
-// FTW_GGUF_CUDA_INTSUMS=0 runs the decode they had before (decode_tables, IQ3_XXS register-fed).
+// staged_int_sum_chunk; its ring 2 stages, launch_decode): IQ2_XXS, IQ2_XS and IQ3_S's default
+// decode (IqInt<T>::kDefault); FTW_GGUF_CUDA_INTSUMS=0 runs the decode they had before
+// (decode_tables), =1 IQ3_XXS's too (register-fed by default).
 template <class T, class Dec>
 struct IntSumRows : Dec {
     using I = IqInt<T>;

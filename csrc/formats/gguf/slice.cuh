@@ -46,8 +46,8 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         constexpr bool pf = HasPrefetch<Fast<U>>::value;
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
-        // the IQ types on float32 sub-block sums (IntSumRows) unless FTW_GGUF_CUDA_INTSUMS=0: staged by
-        // default, IQ3_XXS too (register-fed without them)
+        // the IQ types on float32 sub-block sums (IntSumRows) where int_sums<U> says so (staged; also
+        // IQ3_XXS, otherwise register-fed, with FTW_GGUF_CUDA_INTSUMS=1)
         constexpr bool int_sums_of_u = std::is_same_v<U, T> && IqInt<U>::kHas;
         if constexpr (int_sums_of_u) {
             if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int_sums<U>())
