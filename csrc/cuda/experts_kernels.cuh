@@ -990,7 +990,8 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
 //   int_values(b, j, tig, w[4], s[2])    the lane's values of sub-block j as bf16 pairs in the
 //                                        order above, and its groups' scales in units of d (the
 //                                        chunk's sums are multiplied by d once)
-// gguf's IntSumRows (csrc/formats/gguf/decoders.cuh) has the figures.
+// gguf's IqInt<T> (csrc/formats/gguf/decoders.cuh) has the figures (H200, T=1, x the ceiling:
+// IQ3_S 0.22 -> 0.28 at the deepseek-v3 size; docs/BENCHMARKS.md, "IQ types on float32 sub-block sums").
 FTW_HAS_MEMBER(IntSums, kIntSums);
 
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
@@ -1992,7 +1993,8 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // (kSubBlocks: gguf Q4_K, Q5_K, whose rings of 16 rows of 9-11 pieces are not wide)
                 // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
                 // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
-                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between)
+                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between); the IQ types on
+                // sums (kIntSums) take 2 as well (3 stages: no faster, IQ2_XS 0.19 -> 0.17 at deepseek-v3)
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {
