@@ -1613,8 +1613,8 @@ struct Fast<IQ3_S> {
 // values into the mma as they are, exact bf16 integers with their signs (IQ2: 8, 25, 43; IQ3_XXS
 // 4..62; IQ3_S 1..15), and applies each scale group's scale to the mma's float32 sums (ggml's
 // db = d * f, f = 0.5 + n or 1 + 2 n exact: f per group, d once per chunk and row): no weight is
-// rounded at all, and no value is multiplied by its scale. The quad's
-// four lanes split each 32-value sub-block: lane tig takes values 8 tig .. 8 tig + 7 (one IQ2 grid
+// rounded at all, and no value is multiplied by its scale. The quad's four lanes split each
+// 32-value sub-block: lane tig takes values 8 tig .. 8 tig + 7 (one IQ2 grid
 // row, two IQ3 rows, one ksigns byte) where a scale covers the sub-block, and values 4 tig ..
 // 4 tig + 3 of each half (half an IQ2 row) where a scale covers 16 values (IQ2_XS). The grids are
 // copied as bf16 bit patterns (generated from the gguf package, *_grid_bf16: one 16-byte or 8-byte
@@ -1641,14 +1641,17 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(
 // 2^23 - 0.5
 __device__ __forceinline__ float half_step(uint32_t n) { return __uint_as_float(0x4B000000u | n) - (kTwo23 - 0.5f); }
 
-// d | per sub-block: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale; 66-byte blocks.
-// db = d * (0.5 + scale) * 0.25 (the 0.25 on d: a power of two, the same float)
+// T's decode on float32 sums (kHas), taken by default (kDefault) or with FTW_GGUF_CUDA_INTSUMS=1
 template <class T>
 struct IqInt {
     static constexpr bool kHas = false, kDefault = false;
 };
+
+// d | per sub-block: u32 of 4 grid indices, u32 of 4x7 sign bits + 4-bit scale; 66-byte blocks.
+// db = d * (0.5 + scale) * 0.25 (the 0.25 on d: a power of two, the same float).
 // H200, T=1, x the streaming ceiling against the decode before (decode_tables), same run
-// (docs/BENCHMARKS.md, "IQS"): deepseek-v3 0.17 -> 0.18, qwen3-30b-a3b 0.16 -> 0.17
+// (docs/BENCHMARKS.md, "IQ types on float32 sub-block sums"): deepseek-v3 0.17 -> 0.18,
+// qwen3-30b-a3b 0.16 -> 0.17
 template <>
 struct IqInt<IQ2_XXS> {
     static constexpr bool kHas = true, kDefault = true;
