@@ -123,6 +123,9 @@ VARIANTS.update({"rows32-off": {"FTW_CUDA_STAGED_ROWS32": "0"}, "rows32": {"FTW_
 # on everywhere (bf16, fp8_block; nvfp4, mxfp4, ds_fp4, mxfp8 staged), "early-off" off everywhere
 VARIANTS["early"] = {"FTW_CUDA_EARLY_WEIGHTS": "1"}
 VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
+# mxfp4 / ds_fp4's E8M0 scale pair in the staged kernel by one clamp and one multiply (kOptScale2,
+# the default); scale2-off: by e8m0_bf16 and a shift, as before
+VARIANTS["scale2-off"] = {"FTW_CUDA_STAGED_SCALE2": "0"}
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})

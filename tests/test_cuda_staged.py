@@ -11,6 +11,8 @@ float32 sums, the activation rounded to bf16 once).
   kernel before the lean producer and act in pair order, each of the two, both at 128 registers),
   and 32-row stages (FTW_CUDA_STAGED_ROWS32, and the default rule's choice) in both phases or
   gate_up only, at T = 1, 3, 8, with 4 warps splitting a row and with down's items in parts;
+- mxfp4 / ds_fp4's E8M0 scale pair by add-and-clamp and multiply (FTW_CUDA_STAGED_SCALE2=0: as
+  before) at 32- and 16-row stages, and every E8M0 byte of the exact range through both;
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -95,6 +97,52 @@ def test_staged_rows32(name, case, monkeypatch):
         monkeypatch.setenv(k, v)
     out, ref = forward_and_ref(name, H, I, E, K, T, [7, STAGED.index(name), list(ROWS32_CASES).index(case)])
     assert rel_err(out, ref) < tol(name)
+
+
+# mxfp4 / ds_fp4's E8M0 scale pair by one add-and-clamp and one multiply (kOptScale2, the
+# default) and by e8m0_bf16 as before (FTW_CUDA_STAGED_SCALE2=0; nvfp4 runs the same kernel either
+# way, a control): (H, I, E, K, T, env). rows32_t1 / rows32_t3: 32-row stages (gate_up rows of 8 and
+# 12 chunks, down rows of a partial chunk); rows16: 16-row stages; ksplit4: 4 warps splitting
+# gate_up's rows of 32 chunks.
+SCALE2_CASES = {
+    "rows32_t1": (2048, 160, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "rows32_t3": (3072, 64, 8, 4, 3, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "rows16": (2048, 96, 8, 4, 2, {"FTW_CUDA_STAGED_ROWS32": "0"}),
+    "ksplit4": (8192, 64, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_KSPLIT": "4"}),
+}
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ds_fp4"])
+@pytest.mark.parametrize("scale2", ["0", "default"])
+@pytest.mark.parametrize("case", list(SCALE2_CASES))
+def test_staged_scale2(name, scale2, case, monkeypatch):
+    H, I, E, K, T, env = SCALE2_CASES[case]  # noqa: E741
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if scale2 != "default":
+        monkeypatch.setenv("FTW_CUDA_STAGED_SCALE2", scale2)
+    out, ref = forward_and_ref(name, H, I, E, K, T, [11, len(scale2), list(SCALE2_CASES).index(case), len(name)])
+    assert rel_err(out, ref) < tol(name)
+
+
+@pytest.mark.parametrize("scale2", ["0", "default"])
+def test_e8m0_scales_every_byte(scale2, monkeypatch):
+    # every E8M0 byte of the exact range (63..190: e2m1 * 2^(s - 127) exact in bf16) through both
+    # scale decodes of the staged kernel: gate row j of an expert scaled by 2^(s - 127) in all its
+    # units, up row j by 2^(126 - s), so every act is of the default's size and a wrong byte shows
+    H, I, E, K, T = 512, 256, 8, 4, 2  # noqa: E741
+    rng = np.random.default_rng([12, len(scale2)])
+    opts, banks = make_banks("ds_fp4", H, I, E, rng)
+    s = np.tile(np.arange(63, 191, dtype=np.uint8), E * I // 128 + 1)[: E * I]
+    s = rng.permutation(s).reshape(E, I, 1)
+    gate = np.broadcast_to(s, (E, I, H // 32))
+    banks["gate_up_scale"] = np.ascontiguousarray(np.concatenate([gate, 253 - gate], axis=1))
+    if scale2 == "0":
+        monkeypatch.setenv("FTW_CUDA_STAGED_SCALE2", "0")
+    monkeypatch.setenv("FTW_CUDA_DECODE", "staged")
+    out, ref = forward_and_ref("ds_fp4", H, I, E, K, T, [13], banks=banks, opts=opts)
+    assert bool(torch.isfinite(out).all())
+    assert rel_err(out, ref) < tol("ds_fp4")
 
 
 E4M3_FINITE = np.array([b for b in range(256) if b & 0x7F != 0x7F], dtype=np.uint8)  # less the NaNs

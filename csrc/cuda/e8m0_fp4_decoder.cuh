@@ -10,10 +10,17 @@ namespace ftw::cuda {
 
 struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     static constexpr int VEC = 32;
-    template <bool MUL = true>
+    // SCALE2: the scale pair by one add-and-clamp and one multiply (e8m0_bf16x2), else by
+    // e8m0_bf16 and a shift (the staged kernel without kOptScale2 runs that: decode_v1)
+    template <bool MUL = true, bool SCALE2 = true>
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
-        const uint32_t m = e8m0_bf16(raw.s, 64);  // 2^(s-127) * 2^64: with e2m1's 2^-126, w * 2^-62
-        const uint32_t m2 = m | (m << 16);
+        uint32_t m2;  // 2^(s-127) * 2^64 in both halves: with e2m1's 2^-126, w * 2^-62
+        if (SCALE2) {
+            m2 = e8m0_bf16x2(raw.s, 64);
+        } else {
+            const uint32_t m = e8m0_bf16(raw.s, 64);
+            m2 = m | (m << 16);
+        }
         const uint32_t q[4] = {raw.w.x, raw.w.y, raw.w.z, raw.w.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -28,7 +35,8 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     }
     // the decode before (e2m1 by shifts): the staged kernel runs it under FTW_CUDA_STAGED_OPT=0,
     // so that one benchmark run times both
-    __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
+    __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false, false>(raw, w); }
+    __device__ static void decode_v1(const Raw& raw, uint32_t (&w)[16]) { decode<true, false>(raw, w); }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }

@@ -109,6 +109,13 @@ __device__ __forceinline__ uint32_t e8m0_bf16(uint32_t s, int shift) {
     return s == 255 ? 0x7FC0u : m;
 }
 
+// e8m0_bf16(s, shift) in both halves of a bf16x2, for shift >= 0 (so s + shift never drops
+// below 0): min(s + shift, 255) placed by one multiply (the DPX add-and-clamp and an IMAD, where
+// e8m0_bf16 and its duplication take six), NaN's extra mantissa bit added for s = 255.
+__device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t s, int shift) {
+    return __viaddmin_u32(s, uint32_t(shift), 255u) * 0x00800080u + (s == 255 ? 0x00400040u : 0u);
+}
+
 // e4m3fn byte -> float (exact; 0x7F/0xFF give 480 rather than NaN: real weights never hold NaN).
 __device__ __forceinline__ float e4m3_to_float(uint32_t b) {
     return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << 20)) * 1.329227995784916e36f;  // * 2^120
@@ -884,7 +891,13 @@ constexpr int kStagedOptAll = kOptDecode;
 //                where staged_rows32 says (FTW_CUDA_STAGED_ROWS32)
 //   kOptEarly    a block's first item's first S chunks copied before the routing, where its
 //                expert is known without it (FTW_CUDA_EARLY_WEIGHTS=1, with kOptLean; see the kernel)
+//   kOptScale2   decoders with a decode_v1 (mxfp4, ds_fp4: the E8M0 scale pair by e8m0_bf16x2)
+//                run their decode; without it, decode_v1 (FTW_CUDA_STAGED_SCALE2=0; the default
+//                variants have it: launch_staged_scale2)
+// Measured on the H200 and dropped (docs/BENCHMARKS.md, "E8M0 scale pairs"): phase 0's x copied
+// by each block into shared memory in pair order once (no x loads from L1 and no PRMT per stage).
 constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64, kOptEarly = 128;
+constexpr int kOptScale2 = 256;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
@@ -898,6 +911,7 @@ constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 constexpr int kOptCopy32 = 2, kOptFull = 4;
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
+FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
 FTW_HAS_MEMBER(HasActPos, act_pos);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
@@ -1035,6 +1049,8 @@ template <class Dec, int OPT, class Raw, class W>
 __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
     if constexpr (!(OPT & kOptDecode) && HasDecodeV0<Dec>::value)
         Dec::decode_v0(raw, w);
+    else if constexpr (!(OPT & kOptScale2) && HasDecodeV1<Dec>::value)
+        Dec::decode_v1(raw, w);
     else
         Dec::decode(raw, w);
 }
@@ -1874,6 +1890,15 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
                   PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
+// The staged kernel of 16-byte-unit rows at OPT, with kOptScale2 for decoders with a decode_v1
+// unless FTW_CUDA_STAGED_SCALE2=0 (benchmarks time both in one run; read at every launch).
+template <class Dec, int PH, int S, int OPT>
+void launch_staged_scale2(const KernelParams& p, cudaStream_t stream) {
+    if constexpr (HasDecodeV1<Dec>::value)
+        if (!env_is("FTW_CUDA_STAGED_SCALE2", "0")) return launch_staged_opt<Dec, PH, S, OPT | kOptScale2>(p, stream);
+    launch_staged_opt<Dec, PH, S, OPT>(p, stream);
+}
+
 // The byte-stream (gguf) variant of the staged kernel: kOptCopy32 | kOptFull, or
 // FTW_CUDA_STAGED_BYTES=0 the copies and per-unit checks as before them (benchmarks time both in
 // one run; read at every launch).
@@ -1896,7 +1921,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             if (opt == kStagedUnitOpt && staged_wide(nchunks)) opt |= kOptWide;
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
-                return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
+                return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights(false)) opt |= kOptEarly;
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)
@@ -1908,13 +1933,13 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
                 case kOptDecode | kOptActPerm:
                     return launch_staged_opt<Dec, PH, S, kOptDecode | kOptActPerm>(p, stream);
                 case kStagedUnitOpt | kOptWide:
-                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide>(p, stream);
+                    return launch_staged_scale2<Dec, PH, S, kStagedUnitOpt | kOptWide>(p, stream);
                 case kStagedUnitOpt | kOptEarly:
                     return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptEarly>(p, stream);
                 case kStagedUnitOpt | kOptWide | kOptEarly:
                     return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide | kOptEarly>(p, stream);
                 default:
-                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt>(p, stream);
+                    return launch_staged_scale2<Dec, PH, S, kStagedUnitOpt>(p, stream);
             }
         }
     }
