@@ -231,11 +231,11 @@ constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
 // Phase 0 of a decode step may be launched as a programmatic dependent of the stream's previous
-// kernel (phase0_programmatic, on the host: the previous step's phase 1, which lets it start once
-// its own blocks have routed), so that its blocks are resident when that kernel ends, not a
-// launch later. Every phase 0 block therefore waits here, before it reads or writes anything (x,
-// topk_ids, the slot table and the weights may come from that kernel; out and act are what it
-// still reads). Without a programmatic launch the wait returns at once.
+// kernel (phase0_programmatic, on the host, off by default: the previous step's phase 1, which
+// lets it start once its own blocks have routed), so that its blocks are resident when that
+// kernel ends, not a launch later. Every phase 0 block therefore waits here, before it reads or
+// writes anything (x, topk_ids, the slot table and the weights may come from that kernel; out and
+// act are what it still reads). Without a programmatic launch the wait returns at once.
 __device__ __forceinline__ void phase0_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 struct Tile {
@@ -711,6 +711,7 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
             p.out[i] = 0.f;
     }
     const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
+    // phase 0: phase 1's blocks may start (Pdl); phase 1: the next step's phase 0's (phase0_wait)
     if ((PH == 0 && RegisterShapeOf<Dec>::Pdl) || PH == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
@@ -1235,7 +1236,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     // start once every phase 0 block has passed this point, route, and put their first S chunks
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
     // out) just before their first chunk is consumed.
-    // (phase 1 lets the next step's phase 0 start its blocks: phase0_wait)
+    // Phase 1 lets the next step's phase 0 start its blocks (where that is programmatic: phase0_wait).
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int items = nexp * nbands * nparts;
     nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
@@ -1674,8 +1675,10 @@ inline int k_split(int in, int vec, int blocks, int sms) {
 inline bool programmatic_launch() { return !env_is("FTW_CUDA_PDL", "0"); }
 
 // Phase 0 of a decode step as a programmatic dependent of the stream's previous kernel (its blocks
-// wait in phase0_wait; both decode kernels' phase 1 lets it start once its blocks have routed):
-// FTW_CUDA_PDL0=1 on, =0 off (benchmarks compare them in one run).
+// wait in phase0_wait; both decode kernels' phase 1 lets it start once its blocks have routed).
+// Measured on the H200 (T = 1, against the default in the same run; docs/BENCHMARKS.md, "QW"):
+// slower for the staged kernel (nvfp4 0.94x the speed at both sizes, mxfp8 0.96x at deepseek-v3),
+// 0.97x-1.02x for the register-fed one: off by default. FTW_CUDA_PDL0=1 on (benchmarks, tests).
 inline bool phase0_programmatic() { return env_is("FTW_CUDA_PDL0", "1"); }
 
 // FTW_CUDA_ONLY_PHASE=0|1: launch only that phase of a decode step, for timing where a step's
