@@ -126,6 +126,13 @@ VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
 # mxfp4 / ds_fp4's E8M0 scale pair in the staged kernel by one clamp and one multiply (kOptScale2,
 # the default); scale2-off: by e8m0_bf16 and a shift, as before
 VARIANTS["scale2-off"] = {"FTW_CUDA_STAGED_SCALE2": "0"}
+# phase 0 as a programmatic dependent of the previous step's phase 1 (FTW_CUDA_PDL0, experts_kernels.cuh:
+# phase0_wait): "pdl0" on, "pdl0-off" off, "pdl0-early" on with early weights everywhere; where a
+# step's time goes: "only0" / "only1" launch only gate_up / only down (phase 1 launched after the
+# previous one completes), each step's output then wrong (timing only)
+VARIANTS.update({"pdl0": {"FTW_CUDA_PDL0": "1"}, "pdl0-off": {"FTW_CUDA_PDL0": "0"},
+                 "pdl0-early": {"FTW_CUDA_PDL0": "1", "FTW_CUDA_EARLY_WEIGHTS": "1"},
+                 "only0": {"FTW_CUDA_ONLY_PHASE": "0"}, "only1": {"FTW_CUDA_ONLY_PHASE": "1", "FTW_CUDA_PDL": "0"}})
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})

@@ -237,6 +237,14 @@ __device__ __forceinline__ void add_down_row(const KernelParams& p, int pair, in
 constexpr int kDecodeMaxPairs = 128;  // T * K at most, for experts_decode
 constexpr int kMaxKSplit = 8;
 
+// Phase 0 of a decode step may be launched as a programmatic dependent of the stream's previous
+// kernel (phase0_programmatic, on the host, off by default: the previous step's phase 1, which
+// lets it start once its own blocks have routed), so that its blocks are resident when that
+// kernel ends, not a launch later. Every phase 0 block therefore waits here, before it reads or
+// writes anything (x, topk_ids, the slot table and the weights may come from that kernel; out and
+// act are what it still reads). Without a programmatic launch the wait returns at once.
+__device__ __forceinline__ void phase0_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 struct Tile {
     int slot, count;
     const int32_t* pairs;  // `count` pair ids (t * K + k)
@@ -696,6 +704,7 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
     __shared__ float red[kMaxKSplit - 1][NT * 4][32];  // K-split partials, summed into warp 0
     DecodeLane<Dec, PH, NT> lane;
     bool primed = false;  // block-uniform
+    if (PH == 0) phase0_wait();
     if constexpr (Early) {
         if (int(blockIdx.y) < p.K) {
             const int e = p.topk_ids[blockIdx.y];
@@ -709,7 +718,8 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
             p.out[i] = 0.f;
     }
     const int nexp = decode_experts<PH>(p, s_ids, s_first, s_dexp, s_meta);
-    if (PH == 0 && RegisterShapeOf<Dec>::Pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    // phase 0: phase 1's blocks may start (Pdl); phase 1: the next step's phase 0's (phase0_wait)
+    if ((PH == 0 && RegisterShapeOf<Dec>::Pdl) || PH == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     for (int dx = blockIdx.y; dx < nexp; dx += gridDim.y) {  // block-uniform
         const Tile tile = decode_tile(p, s_dexp[dx], s_ids, s_pairs);
         const bool ready = primed && tile.slot == lane.slot;  // only the first expert was primed
@@ -1087,6 +1097,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
+    if (PH == 0) phase0_wait();
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -1296,7 +1307,8 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
     // start once every phase 0 block has passed this point, route, and put their first S chunks
     // of down weights in flight while phase 0 finishes; they wait for phase 0 (act, the cleared
     // out) just before their first chunk is consumed.
-    if (PH == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    // Phase 1 lets the next step's phase 0 start its blocks (where that is programmatic: phase0_wait).
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int items = nexp * nbands * nparts;
     nmine = int(blockIdx.x) < items ? (items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
     if (!EARLY || early_slot < 0) {
@@ -1739,6 +1751,20 @@ inline int k_split(int in, int vec, int blocks, int sms) {
 // dependent launch), for comparison.
 inline bool programmatic_launch() { return !env_is("FTW_CUDA_PDL", "0"); }
 
+// Phase 0 of a decode step as a programmatic dependent of the stream's previous kernel (its blocks
+// wait in phase0_wait; both decode kernels' phase 1 lets it start once its blocks have routed).
+// Measured on the H200 (T = 1, against the default in the same run; docs/BENCHMARKS.md, "QW"):
+// slower for the staged kernel (nvfp4 0.94x the speed at both sizes, mxfp8 0.96x at deepseek-v3),
+// 0.97x-1.02x for the register-fed one: off by default. FTW_CUDA_PDL0=1 on (benchmarks, tests).
+inline bool phase0_programmatic() { return env_is("FTW_CUDA_PDL0", "1"); }
+
+// FTW_CUDA_ONLY_PHASE=0|1: launch only that phase of a decode step, for timing where a step's
+// time goes (the step's output is then wrong: benchmarks only).
+inline bool decode_phase_skipped(int PH) {
+    const char* v = std::getenv("FTW_CUDA_ONLY_PHASE");
+    return v != nullptr && (v[0] == '0' || v[0] == '1') && v[0] - '0' != PH;
+}
+
 // A kernel launch, as a programmatic dependent of the stream's previous kernel where
 // `programmatic` (its blocks may start while that kernel's last blocks run; the kernel itself
 // waits with griddepcontrol.wait before it reads what that kernel writes).
@@ -1887,7 +1913,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         }
     }
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream,
-                  PH == 1 && programmatic_launch(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
+                  PH == 1 ? programmatic_launch() : phase0_programmatic(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
 // The staged kernel of 16-byte-unit rows at OPT, with kOptScale2 for decoders with a decode_v1
@@ -1979,7 +2005,8 @@ void launch_register_fed(const KernelParams& p, cudaStream_t stream) {
     const int ny = std::min(p.T * p.K, 8);  // each block row serves every 8th distinct expert
     const int nx = PH == 0 ? (p.I + NT * 8 - 1) / (NT * 8) : (p.H + NT * 16 - 1) / (NT * 16);
     const int ks = k_split(PH == 0 ? p.H : p.I, C::VEC, nx * ny, device_sms());
-    const bool programmatic = PH == 1 && RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch();
+    const bool programmatic =
+        PH == 1 ? RegisterShapeOf<C>::Pdl && !Legacy && programmatic_launch() : phase0_programmatic();
     if constexpr (EarlyOk && !Legacy) {
         if (early_weights(EarlyWeightsDefault<C>::value))
             return launch_kernel(experts_decode<C, PH, NT, Legacy, true>, dim3(nx, ny), dim3(32 * ks), 0, stream,
@@ -2003,6 +2030,7 @@ void launch_register_fed_step(const KernelParams& p, cudaStream_t stream) {
 // phase 0 (its programmatic launch starts early only after a staged phase 0's trigger).
 template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
+    if (decode_phase_skipped(PH)) return;
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
             constexpr bool wide = StageShape<Dec>::kPitch >= 13;
