@@ -169,12 +169,10 @@ def test_every_way_of_loading(name, kind, monkeypatch):
     check((name, name, name), 3, [3, TYPES.index(name), KINDS.index(kind)])
 
 
-# the types whose default decode is register-fed (no kStaged; Q4_0, IQ4_NL and IQ4_XS with
-# FTW_GGUF_CUDA_SUBBLOCKS=0, being staged by default only on float32 sub-block sums):
-# experts_decode's shaped loop (ShapedDecoder: x loaded at use, units refilled once decoded,
-# unpredicated loads, phase 1 a programmatic dependent launch), or the legacy loop with
-# FTW_CUDA_REGISTER_SHAPE=legacy (Q8_0 decodes staged by default since the staged kernel's 32-bit
-# copies and full chunks)
+# the types whose default decode is register-fed (no kStaged): experts_decode's shaped loop
+# (ShapedDecoder: x loaded at use, units refilled once decoded, unpredicated loads, phase 1 a
+# programmatic dependent launch), or the legacy loop with FTW_CUDA_REGISTER_SHAPE=legacy (Q8_0
+# decodes staged by default since the staged kernel's 32-bit copies and full chunks)
 REGISTER_FED = ["Q4_0", "IQ4_NL", "MXFP4", "IQ4_XS", "IQ3_XXS"]
 
 
@@ -186,7 +184,6 @@ def test_register_fed_decode_in_either_loop(name, loop, monkeypatch):
     (unpredicated) and must meet zero x; the 256-value types as many rows as their blocks allow."""
     if loop == "legacy":
         monkeypatch.setenv("FTW_CUDA_REGISTER_SHAPE", "legacy")
-    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", "0")
     size = {"H": 352, "I": 160} if name not in ("IQ4_XS", "IQ3_XXS") else {"H": 768, "I": 256}
     check((name, name, name), 3, [7, TYPES.index(name), loop == "legacy"], **size)
 
@@ -279,25 +276,26 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
     check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
 
 
-# Q8_0, Q4_0, IQ4_NL, IQ4_XS in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS
-# unset: the values as exact bf16 integers, each 32-value block's scale applied to the mma's
-# float32 sums) and without them ("0": the bf16 decode), with FTW_GGUF_CUDA_DECODER=staged, on rings
-# of 2 stages (the default "", kShortRing for the 4-bit types) and 4 (FTW_CUDA_STAGED_STAGES); MXFP4
-# has no sums: both its rows are the bf16 decode
-SCALED_WAYS = [("", ""), ("", "4"), ("0", ""), ("0", "4")]
+# the 4-bit types of 32-value blocks and IQ4_XS staged (FTW_GGUF_CUDA_DECODER=staged) on rings of 2
+# stages (the default "", kShortRing) and 4 (FTW_CUDA_STAGED_STAGES); and Q4_0 / MXFP4 by default,
+# which decode staged where a phase has many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: at every size)
+SHORT_RING_WAYS = [(name, decoder, stages) for name in ("Q4_0", "IQ4_NL", "IQ4_XS", "MXFP4")
+                   for decoder, stages in (("staged", ""), ("staged", "4"))] + \
+                  [("Q4_0", "", ""), ("MXFP4", "", "")]
 
 
-@pytest.mark.parametrize("sub, stages", SCALED_WAYS)
-@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "IQ4_NL", "IQ4_XS", "MXFP4"])
-def test_symmetric_types_staged_on_sub_block_sums_or_short_rings(name, sub, stages, monkeypatch):
+@pytest.mark.parametrize("name, decoder, stages", SHORT_RING_WAYS)
+def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
     """Every way decodes the same values within the tolerance: T = 1; T = 3 in rows ending in a
-    partial chunk (352 and 160 values: a last chunk of 3 blocks, neither weights nor x read past the
-    row's end; IQ4_XS, whose blocks are 256 values, rows of 3 and 1 chunks); T = 8 over more
-    (expert, band) items than the grid has blocks."""
-    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", "staged")
-    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
+    partial chunk (352 and 160 values: a last chunk of 3 blocks; IQ4_XS, whose blocks are 256
+    values, rows of 3 and 1 chunks); T = 8 over more (expert, band) items than the grid has
+    blocks."""
+    if decoder:
+        monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", decoder)
+    else:
+        monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", "0")
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
-    seed = [13, TYPES.index(name), SCALED_WAYS.index((sub, stages))]
+    seed = [13, TYPES.index(name), SHORT_RING_WAYS.index((name, decoder, stages))]
     check((name, name, name), 1, seed + [1])
     partial = {"H": 352, "I": 160} if name != "IQ4_XS" else {"H": 768, "I": 256}
     check((name, name, name), 3, seed + [3], **partial)

@@ -758,7 +758,7 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
 // overrides the default for every decoder that has it (benchmarks).
 FTW_HAS_MEMBER(HasStaged, kStaged);
 // kShortRing (optional, byte streams): rings of 2 stages by default, as the wide chunks have
-// (launch_decode; gguf's 4-bit types of 32-value blocks)
+// (launch_decode; gguf's 4-bit types of 32-value blocks and IQ4_XS)
 FTW_OPTIONAL_MEMBER(ShortRing, kShortRing, bool, false);
 FTW_OPTIONAL_MEMBER(StagedPreferred, kStaged, bool, false);  // (also gguf's Fast<T>::kStaged)
 template <class Dec>
@@ -976,47 +976,6 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
             acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
             acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
         }
-    }
-}
-
-// ---- byte streams with symmetric sub-block scales on float32 sums (gguf Q8_0, Q4_0, IQ4_NL, IQ4_XS)
-//
-// The same for types without mins: a 32-value sub-block's values are s * v, v small integers
-// exact in bf16 (Q4_0's q - 8, the IQ4 levels, Q8_0's int8) and s its float32 scale. The quad
-// splits each sub-block in nibble order (lane tig: values l..l+3 and l+16..l+19, l = 4 tig: the low
-// and high nibbles of bytes l..l+3 of a 16-byte nibble run), two mma give the sub-block's dot P of
-// the two rows with x, and the accumulators take s * P: no per-value scale multiply, no weight
-// rounded. Optional interface, on top of the byte-stream one (detected by kScaledSubBlocks; a
-// chunk is 8 sub-blocks, of one 256-value block or of eight 32-value blocks):
-//   Head head(b, tig)                    what lane tig needs of a row's chunk, b its first byte in
-//                                        the ring (addresses of its words, a block head)
-//   float decode_sub(head, j, w[4])      sub-block j of the chunk (j a constant after unrolling):
-//                                        w = (v_l, v_l+1), (v_l+2, v_l+3), (v_l+16, v_l+17),
-//                                        (v_l+18, v_l+19); returns s
-// A partial last chunk (32-value blocks, rows not a multiple of 256) stops after its nsub
-// sub-blocks (warp-uniform), so neither weights nor x past the row are read.
-FTW_HAS_MEMBER(ScaledSubBlocks, kScaledSubBlocks);
-
-template <class Dec, bool Full>
-__device__ __forceinline__ void staged_scaled_sub_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
-                                                        int tig, int nsub, float (&acc)[4]) {
-    const auto h0 = Dec::head(b0, tig);
-    const auto h1 = Dec::head(b1, tig);
-    xc += 4 * tig;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        if (!Full && j >= nsub) break;
-        const uint2 xl = __ldg(reinterpret_cast<const uint2*>(xc + 32 * j));
-        const uint2 xh = __ldg(reinterpret_cast<const uint2*>(xc + 32 * j + 16));
-        uint32_t wa[4], wb[4];
-        const float s0 = Dec::decode_sub(h0, j, wa);
-        const float s1 = Dec::decode_sub(h1, j, wb);
-        float P[4];
-        mma_bf16_zero(P, wa[0], wb[0], wa[1], wb[1], xl.x, xl.y);
-        mma_bf16_acc(P, wa[2], wb[2], wa[3], wb[3], xh.x, xh.y);
-        // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1)
-        acc[0] = fmaf(s0, P[0], acc[0]), acc[1] = fmaf(s0, P[1], acc[1]);
-        acc[2] = fmaf(s1, P[2], acc[2]), acc[3] = fmaf(s1, P[3], acc[3]);
     }
 }
 
@@ -1303,7 +1262,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
         // sub-block decoders: lanes without a pair read the first pair's x (their mma columns are
         // dropped), so that x's loads need no predicate
         const __nv_bfloat16* xsub = xrow;
-        if ((SubBlocks<Dec>::value || ScaledSubBlocks<Dec>::value) && xsub == nullptr && count > 0) {
+        if (SubBlocks<Dec>::value && xsub == nullptr && count > 0) {
             const int pair = rt.pairs[dx][0];
             xsub = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
@@ -1412,17 +1371,6 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                         staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
                                                     xsub + int64_t(c) * 256 + 8 * tig, tig, acc[0]);
-                    } else if constexpr (ScaledSubBlocks<Dec>::value) {
-                        const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
-                        const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
-                        const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
-                        const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
-                        const __nv_bfloat16* xc = xsub + int64_t(c) * 256;
-                        const int nsub = nunits - c * 8;  // sub-blocks of the chunk in the row (warp-uniform)
-                        if (nsub >= 8)
-                            staged_scaled_sub_chunk<Dec, true>(b0, b1, xc, tig, 8, acc[0]);
-                        else
-                            staged_scaled_sub_chunk<Dec, false>(b0, b1, xc, tig, nsub, acc[0]);
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});
@@ -1974,10 +1922,9 @@ template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
-            // (ShortRing: a byte-stream decoder that asks for the short rings of the wide ones)
+            // (ShortRing: a byte-stream decoder asking for the short rings of the wide ones)
             constexpr bool wide = StageShape<Dec>::kPitch >= 13 || ShortRing<Dec>::value;
-            constexpr bool sums = SubBlocks<Dec>::value || ScaledSubBlocks<Dec>::value;
-            if constexpr (ByteStream<Dec>::value && (wide || sums)) {
+            if constexpr (ByteStream<Dec>::value && (wide || SubBlocks<Dec>::value)) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
                 // 16 rows take 15-19 KB of ring per warp, so shared memory, not registers, bounds
                 // the warps per SM (Q8_0: 7.6 warps per SM at 4 stages, ncu). 2 stages, by
@@ -1988,17 +1935,19 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // (kSubBlocks: gguf Q4_K, Q5_K, whose rings of 16 rows of 9-11 pieces are not wide)
                 // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
                 // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
-                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between)
+                // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between). gguf Q4_0,
+                // IQ4_NL, MXFP4 (pitch 11), IQ4_XS (9) take 2 too (kShortRing: at 4 stages their
+                // staged kernels spill 24-60 bytes, at 2 none; deepseek-v3 Q4_0 staged 0.42 at 4
+                // stages in an earlier run, 0.54 at 2)
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
-                if (sums || byte_stream_opt() == kByteStreamOpt) {
+                if (SubBlocks<Dec>::value || byte_stream_opt() == kByteStreamOpt) {
                     if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
-                    if constexpr (sums) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
+                    if constexpr (SubBlocks<Dec>::value) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
                 }
             }
-            if constexpr (!SubBlocks<Dec>::value && !ScaledSubBlocks<Dec>::value)
-                launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
+            if constexpr (!SubBlocks<Dec>::value) launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)
             return;
         }
     }

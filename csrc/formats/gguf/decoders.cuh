@@ -830,61 +830,6 @@ struct Fast<WithMin<T, F>> : Fast<T>::template WithForm<F> {
     static_assert(Fast<T>::template WithForm<F>::kHas, "a form of a type with a decoder of its own");
 };
 
-// ---- the staged kernel's scaled sub-block interface (kScaledSubBlocks, experts_kernels.cuh) ------
-//
-// Q8_0, Q4_0, IQ4_NL and IQ4_XS decode their values as the exact bf16 integers they are (Q4_0:
-// q - 8, the IQ4 levels -127..113, Q8_0's int8) and leave each 32-value block's (sub-block's) scale
-// to the float32 sums (staged_scaled_sub_chunk: s = d, or IQ4_XS's d * (ls - 32), ggml's own float32
-// values), so no weight is rounded; per pair of values the bf16 multiply by the scale is gone. A
-// lane reads only its bytes l..l+3 (l = 4 tig) of a sub-block's 16 nibble bytes (Q8_0: its bytes
-// l..l+3 and l+16..l+19) and the block's scale, from the ring (ld.shared).
-
-// A lane's reads of a chunk of 32-value blocks of N = 4n + 2 bytes (d:f16 first; Q4_0 and IQ4_NL
-// 18, Q8_0 34) in the ring: the chunk starts 2-byte aligned, so block 2m starts at word
-// (2n + 1) m of the chunk's first word w (byte offset o = 0 or 2 into it: the same for every even
-// block) and block 2m + 1 at the other half-word offset. Found once per row and chunk (head), the
-// words then sit at constant offsets from three pointers, two shift counts serving every block.
-template <int N>
-struct BlockRun {
-    static_assert(N % 4 == 2, "blocks of 4n + 2 bytes");
-    static constexpr int n = N / 4;
-    const uint32_t* p;  // w + tig
-    const uint32_t* r;  // w + tig + o / 2
-    const uint32_t* q;  // w + o / 2
-    const uint32_t* w;
-    uint32_t s0, s1;  // 8 o, 16 - 8 o
-    __device__ BlockRun(const uint8_t* b, int tig) {
-        const uint32_t o1 = addr_low(b, 2) >> 1;
-        w = reinterpret_cast<const uint32_t*>(b - 2 * o1);
-        p = w + tig, r = p + o1, q = w + o1;
-        s0 = 16 * o1, s1 = 16 - s0;
-    }
-    // block j's d
-    __device__ float d(int j) const {
-        const int m = j >> 1, e = (2 * n + 1) * m;
-        return half_bits((j & 1) ? q[e + n] >> s1 : w[e] >> s0);
-    }
-    // the 4 bytes at 2 + 4 tig + k of block j (past its d; k a multiple of 4): the words holding them
-    // shifted into place (a second word read only where they straddle two)
-    __device__ uint32_t quants(int j, int k) const {
-        const int m = j >> 1, e = (2 * n + 1) * m + k / 4;
-        return (j & 1) ? __funnelshift_r(p[e + n + 1], r[e + n + 1], s0) : __funnelshift_r(r[e], p[e + 1], s1);
-    }
-};
-// bytes l..l+3 of a run of 16 nibble bytes (each value l: low nibble, l + 16: high) -> the IQ4
-// levels (exact bf16 integers) of values l, l+1 | l+2, l+3 | l+16, l+17 | l+18, l+19
-__device__ __forceinline__ void iq4_levels_sub(uint32_t q, uint32_t (&w)[4]) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {  // bytes l + 2 half, l + 2 half + 1
-        const uint32_t s = q >> (16 * half);
-        const uint32_t lo = iq4_lookup(s, tb::iq4nl_bf16_lo_word0, tb::iq4nl_bf16_lo_word1, tb::iq4nl_bf16_lo_word2,
-                                       tb::iq4nl_bf16_lo_word3);
-        const uint32_t hi = iq4_lookup(s, tb::iq4nl_bf16_hi_word0, tb::iq4nl_bf16_hi_word1, tb::iq4nl_bf16_hi_word2,
-                                       tb::iq4nl_bf16_hi_word3);
-        w[half] = prmt(lo, hi, 0x6240u);      // (v, v + 1)
-        w[2 + half] = prmt(lo, hi, 0x7351u);  // (v + 16, v + 17)
-    }
-}
 // d:f16 | qs:int8[32]; 34-byte blocks, 2-byte aligned
 template <>
 struct Fast<Q8_0> : WholeBlock<34, 2> {
@@ -893,23 +838,6 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
     // H200, T=1: 0.44x with the staged kernel's kOptCopy32 | kOptFull (0.40x without), 0.63x with
     // its ring of 2 stages (launch_decode; qwen3-30b-a3b size 0.37x), the shaped register-fed loop 0.34x
     static constexpr bool kStaged = true;
-    // the scaled sub-block interface (above): q exact through a float32 magic, d on the float32 sums
-    static constexpr bool kScaledSubBlocks = true;
-    using Head = BlockRun<34>;
-    __device__ static Head head(const uint8_t* b, int tig) { return Head(b, tig); }
-    __device__ static float decode_sub(const Head& h, int j, uint32_t (&w)[4]) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {  // bytes l..l+3, then l+16..l+19
-            const uint32_t x = h.quants(j, 16 * i) ^ 0x80808080u;  // q + 128
-            float qf[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) qf[k] = __fsub_rn(magic_byte(x, k), kTwo23 + 128.0f);
-            // q exact in float32 (|q| <= 128), so its high half is q in bf16
-            w[2 * i] = prmt(__float_as_uint(qf[0]), __float_as_uint(qf[1]), 0x7632u);
-            w[2 * i + 1] = prmt(__float_as_uint(qf[2]), __float_as_uint(qf[3]), 0x7632u);
-        }
-        return h.d(j);
-    }
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
         span_words(raw.s, v);
@@ -946,20 +874,10 @@ template <>
 struct Fast<Q4_0> : Block18 {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.46x of the ceiling; staged 0.42x (both as of kOptCopy32 |
-    // kOptFull, docs/BENCHMARKS.md); staged on float32 sub-block sums (kStagedOnSums: only those
-    // are staged by default, FTW_GGUF_CUDA_SUBBLOCKS=0 runs the register-fed decode), rings of 2
-    static constexpr bool kStaged = true, kStagedOnSums = true, kShortRing = true;
-    static constexpr bool kScaledSubBlocks = true;
-    using Head = BlockRun<18>;
-    __device__ static Head head(const uint8_t* b, int tig) { return Head(b, tig); }
-    __device__ static float decode_sub(const Head& h, int j, uint32_t (&w)[4]) {
-        const uint32_t q = h.quants(j, 0);
-        const uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-        constexpr uint32_t B = bf16x2_biased(8);  // q - 8, exact
-        w[0] = bsub2(prmt(lo, 0x43u, 0x4140u), B), w[1] = bsub2(prmt(lo, 0x43u, 0x4342u), B);
-        w[2] = bsub2(prmt(hi, 0x43u, 0x4140u), B), w[3] = bsub2(prmt(hi, 0x43u, 0x4342u), B);
-        return h.d(j);
-    }
+    // kOptFull, docs/BENCHMARKS.md); staged on rings of 2 (kShortRing) where a phase has many items
+    // (kStagedManyItems, staged_for_items): deepseek-v3 0.45x -> 0.54x (register-fed at the qwen3
+    // size, 0.40x against 0.34x staged); on float32 sums of its blocks 0.49x / 0.32x (dropped)
+    static constexpr bool kShortRing = true, kStagedManyItems = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const Scaled f(split(raw, q));
@@ -976,16 +894,9 @@ struct Fast<Q4_0> : Block18 {
 template <>
 struct Fast<IQ4_NL> : Block18 {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x; staged on float32 sub-block
-    // sums by default (as Q4_0), rings of 2
-    static constexpr bool kStaged = true, kStagedOnSums = true, kShortRing = true;
-    static constexpr bool kScaledSubBlocks = true;
-    using Head = BlockRun<18>;
-    __device__ static Head head(const uint8_t* b, int tig) { return Head(b, tig); }
-    __device__ static float decode_sub(const Head& h, int j, uint32_t (&w)[4]) {
-        iq4_levels_sub(h.quants(j, 0), w);
-        return h.d(j);
-    }
+    // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x, with rings of 2 stages
+    // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped)
+    static constexpr bool kShortRing = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
@@ -1000,9 +911,10 @@ struct Fast<IQ4_NL> : Block18 {
 template <>
 struct Fast<MXFP4> : WholeBlock<17, 1> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x (4 stages; with
-    // FTW_GGUF_CUDA_DECODER=staged rings of 2)
-    static constexpr bool kShortRing = true;
+    // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x, with rings of 2 stages
+    // (kShortRing) 0.42x, T=8 same 0.38x against 0.35x: staged where a phase has many items
+    // (kStagedManyItems, staged_for_items; register-fed at the qwen3 size: 0.38x against 0.30x)
+    static constexpr bool kShortRing = true, kStagedManyItems = true;
     static constexpr float kPost = kTwo62;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[6], e[1], q[4];
@@ -1036,30 +948,13 @@ struct Fast<MXFP4> : WholeBlock<17, 1> {
 template <>
 struct Fast<IQ4_XS> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x; staged on float32 sub-block
-    // sums by default (as Q4_0), rings of 2
-    static constexpr bool kStaged = true, kStagedOnSums = true, kShortRing = true;
+    // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x, with rings of 2 stages
+    // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped)
+    static constexpr bool kShortRing = true;
     struct Raw {
         uint2 head, q0, q1;
         uint32_t j;
     };
-    // the scaled sub-block interface: the 8-byte head once per row and chunk (a chunk is one
-    // block, 8-byte aligned), dl = d * (ls - 32) per sub-block as ggml computes it
-    static constexpr bool kScaledSubBlocks = true;
-    struct Head {
-        const uint32_t* q;  // the lane's quant word of sub-block 0
-        float d;
-        uint32_t sh, sl;  // scales_h, scales_l
-    };
-    __device__ static Head head(const uint8_t* b, int tig) {
-        const uint2 h = *reinterpret_cast<const uint2*>(b);
-        return {reinterpret_cast<const uint32_t*>(b + 8) + tig, half_bits(h.x), h.x >> 16, h.y};
-    }
-    __device__ static float decode_sub(const Head& h, int j, uint32_t (&w)[4]) {
-        iq4_levels_sub(h.q[4 * j], w);
-        const uint32_t ls = ((h.sl >> (4 * j)) & 15) | ((h.sh >> (2 * j)) & 3) << 4;  // (scales_l[j/2] >> 4(j%2)) & 15
-        return h.d * (__uint_as_float(0x4B000000u | ls) - (kTwo23 + 32.0f));  // ls - 32 exactly, no I2F
-    }
     template <class M = GlobalLoads>
     __device__ static Raw load(const uint8_t* row, int u) {
         const uint8_t* b = row + int64_t(u >> 3) * 136;
@@ -1879,21 +1774,20 @@ struct SubBlockRows : Dec {
 };
 inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0"); }
 
-// A staged TypedDecoder of a type with the scaled sub-block interface (Fast<T>::kScaledSubBlocks:
-// Q8_0, Q4_0, IQ4_NL, IQ4_XS): experts_decode_staged decodes its values as exact bf16 integers and
-// applies each 32-value block's scale to float32 sums (staged_scaled_sub_chunk; rings of 2 stages).
-// Where sub_block_scales() says; FTW_GGUF_CUDA_SUBBLOCKS=0 runs each such type's decode from
-// before them (Q8_0: the staged bf16 decode; Q4_0, IQ4_NL, IQ4_XS, staged by default only on the
-// sums, Fast<T>::kStagedOnSums: the register-fed decode in the shaped loop).
-template <class Dec>
-struct ScaledSubBlockRows : Dec {
-    using F = typename Dec::F;
-    static constexpr bool kScaledSubBlocks = true;
-    using Head = typename F::Head;
-    __device__ static Head head(const uint8_t* b, int tig) { return F::head(b, tig); }
-    __device__ static float decode_sub(const Head& h, int j, uint32_t (&w)[4]) { return F::decode_sub(h, j, w); }
-};
-FTW_OPTIONAL_MEMBER(StagedOnSums, kStagedOnSums, bool, false);
+// Fast<T>::kStagedManyItems (Q4_0, MXFP4): rows of type T decode staged (rings of 2 stages,
+// kShortRing) in a phase of many items, register-fed in the shaped loop otherwise. As measured on
+// the H200 (docs/BENCHMARKS.md "G4"; T=1, x the ceiling, staged against register-fed): deepseek-v3
+// Q4_0 0.54 against 0.45, MXFP4 0.42 against 0.40 (T=8 same 0.38 against 0.35); qwen3-30b-a3b
+// Q4_0 0.34 against 0.40, MXFP4 0.30 against 0.38. What separates the sizes: the phase's 16-row
+// items when every token picks the same experts, 15.5 (gate_up) and 27 (down) per SM at
+// deepseek-v3, 5.8 and 7.8 at qwen3-30b-a3b (as for the fp4 formats' 32-row stages,
+// staged_rows32). So at least FTW_GGUF_CUDA_STAGED_ITEMS (12) such items per SM; =0: always.
+FTW_OPTIONAL_MEMBER(StagedManyItems, kStagedManyItems, bool, false);
+inline bool staged_for_items(const KernelParams& p, int phase) {
+    const int n = env_int("FTW_GGUF_CUDA_STAGED_ITEMS", 12);
+    const int64_t bands = phase == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
+    return bands * std::min(p.K, p.num_experts) >= int64_t(n) * device_sms();
+}
 
 // The type list as a type (the one list above), for the slices.
 template <class... Ts>

@@ -46,10 +46,8 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         constexpr bool pf = HasPrefetch<Fast<U>>::value;
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
-        // a type staged by default only on its float32 sub-block sums (kStagedOnSums) keeps its
-        // register-fed decode where they are off (FTW_GGUF_CUDA_SUBBLOCKS=0)
-        constexpr bool on_sums = StagedOnSums<Fast<U>>::value;
-        const bool staged = StagedPreferred<Fast<U>>::value && (!on_sums || sub_block_scales());
+        const bool staged = StagedPreferred<Fast<U>>::value ||
+                            (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase));
         if (m == GgufMode::kStaged || (m == GgufMode::kPerType && staged)) {
             // with tables where the type has them (a type's own min form only: with_min_form's
             // other form keeps the decode it had)
@@ -66,12 +64,9 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {  // (the type's own min form)
                 if (sub_block_scales()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
             }
-            if constexpr (ScaledSubBlocks<Fast<U>>::value) {
-                if (sub_block_scales()) return launch_with<ScaledSubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
-            }
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
-        if constexpr (!StagedPreferred<Fast<U>>::value || on_sums) {  // (else unreachable: no kernel made)
+        if constexpr (!StagedPreferred<Fast<U>>::value) {  // (else unreachable: no kernel made)
             if (decode_step(p) && !legacy_register_loop())
                 return launch_with<ShapedDecoder<TypedDecoder<U, pf, false>>, true>(phase, p, stream);
         }
