@@ -79,6 +79,10 @@ VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
 VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
 # Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
+# gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
+# before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
+VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}
+VARIANTS["gguf-staged-items-off"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "1000000"}
 # gguf staged decode with tables for every type that has them (FTW_GGUF_CUDA_TABLES=1: the IQ
 # grids copied into shared memory by loads and stores before the routing, Q2_K's values in
 # registers; =async: the IQ grids by cp.async, overlapping the routing, the IQ types' default way),

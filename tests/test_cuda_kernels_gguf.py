@@ -299,6 +299,32 @@ def test_iq_types_on_float32_sub_block_sums(types, T, size, sums, stages, monkey
     check(types, T, [13, sum(map(ord, "".join(types))), INT_SUMS.index(sums), len(stages)], **size)
 
 
+# the 4-bit types of 32-value blocks and IQ4_XS staged (FTW_GGUF_CUDA_DECODER=staged) on rings of 2
+# stages (the default "", kShortRing) and 4 (FTW_CUDA_STAGED_STAGES); and Q4_0 / MXFP4 by default,
+# which decode staged where a phase has many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: at every size)
+SHORT_RING_WAYS = [(name, decoder, stages) for name in ("Q4_0", "IQ4_NL", "IQ4_XS", "MXFP4")
+                   for decoder, stages in (("staged", ""), ("staged", "4"))] + \
+                  [("Q4_0", "", ""), ("MXFP4", "", "")]
+
+
+@pytest.mark.parametrize("name, decoder, stages", SHORT_RING_WAYS)
+def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
+    """Every way decodes the same values within the tolerance: T = 1; T = 3 in rows ending in a
+    partial chunk (352 and 160 values: a last chunk of 3 blocks; IQ4_XS, whose blocks are 256
+    values, rows of 3 and 1 chunks); T = 8 over more (expert, band) items than the grid has
+    blocks."""
+    if decoder:
+        monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", decoder)
+    else:
+        monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", "0")
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    seed = [13, TYPES.index(name), SHORT_RING_WAYS.index((name, decoder, stages))]
+    check((name, name, name), 1, seed + [1])
+    partial = {"H": 352, "I": 160} if name != "IQ4_XS" else {"H": 768, "I": 256}
+    check((name, name, name), 3, seed + [3], **partial)
+    check((name, name, name), 8, seed + [8], H=2048, I=512, E=16, K=8)
+
+
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
 # into shared memory per block, by loads and stores with FTW_GGUF_CUDA_TABLES=1, by cp.async with
 # =async, the IQ types' default; Q2_K's four values per 16 in registers), without them (=0), and

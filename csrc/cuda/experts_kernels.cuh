@@ -774,6 +774,9 @@ __global__ void __launch_bounds__(kMaxKSplit * 32) __maxnreg__(RegisterShapeOf<D
 // A decoder without the interface keeps experts_decode. FTW_CUDA_DECODE=classic / =staged
 // overrides the default for every decoder that has it (benchmarks).
 FTW_HAS_MEMBER(HasStaged, kStaged);
+// kShortRing (optional, byte streams): rings of 2 stages by default, as the wide chunks have
+// (launch_decode; gguf's 4-bit types of 32-value blocks and IQ4_XS)
+FTW_OPTIONAL_MEMBER(ShortRing, kShortRing, bool, false);
 FTW_OPTIONAL_MEMBER(StagedPreferred, kStaged, bool, false);  // (also gguf's Fast<T>::kStaged)
 template <class Dec>
 struct Staged {
@@ -2033,7 +2036,8 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if (decode_phase_skipped(PH)) return;
     if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
-            constexpr bool wide = StageShape<Dec>::kPitch >= 13;
+            // (ShortRing: a byte-stream decoder asking for the short rings of the wide ones)
+            constexpr bool wide = StageShape<Dec>::kPitch >= 13 || ShortRing<Dec>::value;
             constexpr bool sums = SubBlocks<Dec>::value || IntSums<Dec>::value;  // float32 sub-block sums
             if constexpr (ByteStream<Dec>::value && (wide || sums)) {
                 // wide byte-stream chunks (gguf Q6_K: 15 pieces per row, Q8_0: 19): 4 stages of
@@ -2047,7 +2051,10 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
                 // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
                 // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between); the IQ types on
-                // sums (kIntSums) take 2 as well (3 stages: no faster, IQ2_XS 0.19 -> 0.17 at deepseek-v3)
+                // sums (kIntSums) take 2 as well (3 stages: no faster, IQ2_XS 0.19 -> 0.17 at deepseek-v3).
+                // gguf Q4_0, IQ4_NL, MXFP4 (pitch 11), IQ4_XS (9) take 2 too (kShortRing: at 4 stages
+                // their staged kernels spill 24-60 bytes, at 2 none; deepseek-v3 Q4_0 staged 0.42 at 4
+                // stages in an earlier run, 0.54 at 2)
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {

@@ -876,8 +876,11 @@ struct Block18 : WholeBlock<18, 2> {
 template <>
 struct Fast<Q4_0> : Block18 {
     static constexpr bool kHas = true;
-    // register-fed (no kStaged): H200, T=1, 0.46x of the ceiling; staged 0.42x (both as of
-    // kOptCopy32 | kOptFull, docs/BENCHMARKS.md)
+    // register-fed: H200, T=1, 0.46x of the ceiling; staged 0.42x (both as of kOptCopy32 |
+    // kOptFull, docs/BENCHMARKS.md); staged on rings of 2 (kShortRing) where a phase has many items
+    // (kStagedManyItems, staged_for_items): deepseek-v3 0.45x -> 0.54x (register-fed at the qwen3
+    // size, 0.40x against 0.34x staged); on float32 sums of its blocks 0.49x / 0.32x (dropped)
+    static constexpr bool kShortRing = true, kStagedManyItems = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const Scaled f(split(raw, q));
@@ -894,7 +897,9 @@ struct Fast<Q4_0> : Block18 {
 template <>
 struct Fast<IQ4_NL> : Block18 {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x
+    // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x, with rings of 2 stages
+    // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped)
+    static constexpr bool kShortRing = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
@@ -909,7 +914,10 @@ struct Fast<IQ4_NL> : Block18 {
 template <>
 struct Fast<MXFP4> : WholeBlock<17, 1> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x
+    // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x, with rings of 2 stages
+    // (kShortRing) 0.42x, T=8 same 0.38x against 0.35x: staged where a phase has many items
+    // (kStagedManyItems, staged_for_items; register-fed at the qwen3 size: 0.38x against 0.30x)
+    static constexpr bool kShortRing = true, kStagedManyItems = true;
     static constexpr float kPost = kTwo62;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[6], e[1], q[4];
@@ -943,7 +951,9 @@ struct Fast<MXFP4> : WholeBlock<17, 1> {
 template <>
 struct Fast<IQ4_XS> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x
+    // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x, with rings of 2 stages
+    // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped)
+    static constexpr bool kShortRing = true;
     struct Raw {
         uint2 head, q0, q1;
         uint32_t j;
@@ -1792,6 +1802,7 @@ template <class T, class M>
 struct StagedRows {
     using F = Fast<T>;
     static constexpr bool kStaged = true;
+    static constexpr bool kShortRing = ShortRing<F>::value;  // rings of 2 stages where T asks for them
     static constexpr int kChunkBytes = 256 / T::size.block_values * T::size.block_bytes;
     static constexpr int kAlign = T::size.block_bytes % 16 == 0 ? 16 : T::size.block_bytes & -T::size.block_bytes;
     static constexpr int kSpan = (16 - kAlign + kChunkBytes + 15) / 16;
@@ -1931,6 +1942,21 @@ struct IntSumRows : Dec {
 template <class T>
 bool int_sums() {
     return env_is("FTW_GGUF_CUDA_INTSUMS", "1") || (!env_is("FTW_GGUF_CUDA_INTSUMS", "0") && IqInt<T>::kDefault);
+}
+
+// Fast<T>::kStagedManyItems (Q4_0, MXFP4): rows of type T decode staged (rings of 2 stages,
+// kShortRing) in a phase of many items, register-fed in the shaped loop otherwise. As measured on
+// the H200 (docs/BENCHMARKS.md "G4"; T=1, x the ceiling, staged against register-fed): deepseek-v3
+// Q4_0 0.54 against 0.45, MXFP4 0.42 against 0.40 (T=8 same 0.38 against 0.35); qwen3-30b-a3b
+// Q4_0 0.34 against 0.40, MXFP4 0.30 against 0.38. What separates the sizes: the phase's 16-row
+// items when every token picks the same experts, 15.5 (gate_up) and 27 (down) per SM at
+// deepseek-v3, 5.8 and 7.8 at qwen3-30b-a3b (as for the fp4 formats' 32-row stages,
+// staged_rows32). So at least FTW_GGUF_CUDA_STAGED_ITEMS (12) such items per SM; =0: always.
+FTW_OPTIONAL_MEMBER(StagedManyItems, kStagedManyItems, bool, false);
+inline bool staged_for_items(const KernelParams& p, int phase) {
+    const int n = env_int("FTW_GGUF_CUDA_STAGED_ITEMS", 12);
+    const int64_t bands = phase == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
+    return bands * std::min(p.K, p.num_experts) >= int64_t(n) * device_sms();
 }
 
 // The type list as a type (the one list above), for the slices.

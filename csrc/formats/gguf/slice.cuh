@@ -53,7 +53,9 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int_sums<U>())
                 return launch_with<IntSumRows<U, TypedDecoder<U, pf, true>>>(phase, p, stream);
         }
-        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && StagedPreferred<Fast<U>>::value)) {
+        const bool staged = StagedPreferred<Fast<U>>::value ||
+                            (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase));
+        if (m == GgufMode::kStaged || (m == GgufMode::kPerType && staged)) {
             // with tables where the type has them (a type's own min form only: with_min_form's
             // other form keeps the decode it had)
             if constexpr (std::is_same_v<U, T> && HasTables<Fast<U>>::value) {
