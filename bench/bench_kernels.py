@@ -77,8 +77,10 @@ VARIANTS.update({"gguf-bytes-0": {"FTW_CUDA_STAGED_BYTES": "0"},
                  "gguf-staged-bytes-0": {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_CUDA_STAGED_BYTES": "0"}})
 # the staged ring's stages for wide byte-stream chunks (gguf Q6_K, Q8_0; FTW_CUDA_STAGED_STAGES)
 VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3, 4)})
-# Q4_K / Q5_K on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before
+# K-quants on float32 sub-block sums (FTW_GGUF_CUDA_SUBBLOCKS): "0" the bf16 decode as before for
+# every one, "32" for the 16-value ones only (Q2_K's values table, Q3_K and Q6_K's bf16 decode)
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
+VARIANTS["gguf-subblocks-32"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "32"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

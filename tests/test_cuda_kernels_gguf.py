@@ -13,9 +13,10 @@ rounded: <= about 2^-8 per weight, the scale's share common to the sub-block; th
 take the min's integer multiple of the scale off exactly (Q4_K, Q2_K) or carry scale and min to 16
 bits (Q5_K), so no rounding of the min's size is common to a sub-block; Q2_K's staged decode looks
 up ggml's float32 values rounded once to bf16); the activation between
-gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K, Q5_K,
-IQ2_XXS, IQ2_XS and IQ3_S rows rounds no weight: the staged kernel applies their sub-block scales
-(and mins) to float32 sums). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
+gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
+rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
+sums, Q2_K, Q3_K and Q6_K's likewise per 16-value sub-block, and IQ2_XXS, IQ2_XS and IQ3_S's per
+scale group). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
 measured with the typed decoders); a wrong block layout gives errors of order 1. Run with -s to
 print the measured error of every case.
 """
@@ -325,10 +326,30 @@ def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
     check((name, name, name), 8, seed + [8], H=2048, I=512, E=16, K=8)
 
 
+# Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
+# ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
+# with rings of 2 (the default ""), 3 and 4 stages
+@pytest.mark.parametrize("sub, stages", [("", ""), ("", "3"), ("", "4"), ("32", "")])
+@pytest.mark.parametrize("types, T, size", [(("Q6_K", "Q6_K", "Q6_K"), 1, {}),
+                                            (("Q3_K", "Q3_K", "Q3_K"), 3, {"H": 768, "I": 256}),
+                                            (("Q2_K", "Q2_K", "Q2_K"), 2, {}),
+                                            (("Q2_K", "Q2_K", "Q6_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("Q6_K", "Q6_K", "Q3_K"), 5, {"H": 768, "I": 512, "E": 16, "K": 8})])
+def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, monkeypatch):
+    """The quants as exact bf16 integers (Q2_K: 128 + q, its mins through the sum of x; Q3_K and
+    Q6_K: the signed q - 4, q - 32), each 16-value sub-block one k16 step of the mma with its scale
+    applied to the float32 sum, against gguf.quants' values: blocks on 2-byte boundaries (Q3_K,
+    Q6_K: every other chunk and row), one item per block and more items than blocks, rows of 1, 2, 3
+    and 8 chunks, T = 1..8."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [13, sum(map(ord, "".join(types))), len(sub), len(stages)], **size)
+
+
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
 # into shared memory per block, by loads and stores with FTW_GGUF_CUDA_TABLES=1, by cp.async with
-# =async, the IQ types' default; Q2_K's four values per 16 in registers), without them (=0), and
-# each type's default ("")
+# =async, the IQ types' default; Q2_K's four values per 16 in registers, which =1 and =async take
+# over its float32 sub-block sums), without them (=0), and each type's default ("")
 TABLE_WAYS = ["", "0", "1", "async"]
 
 

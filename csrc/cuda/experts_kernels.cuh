@@ -929,27 +929,40 @@ FTW_HAS_MEMBER(HasActPos, act_pos);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
-// A decoder of byte-stream rows whose chunk is one block of 8 sub-blocks of 32 values, each with
-// its own scale and offset (Q4_K, Q5_K), may decode its quants as exact bf16 integers and leave
-// the scales to float32: the four lanes of a quad split each sub-block (lane tig: values
-// 8 tig .. 8 tig + 7), so that each mma's k16 lies in one sub-block, and the sub-block's share of
-// a row's dot product is s * P + n * X, P the mma's dot of the decoded integers with x, X the
-// sum of x over the sub-block (an mma with a row of ones), s and n the sub-block's scale and
-// offset in float32. Per pair of values the decode is then a prmt (and a mask or shift per 4),
-// where the bf16 way (decode_staged) makes each value with a prmt, a bf16 sub and a bf16 fma; and
-// no weight is rounded to bf16. Optional interface, on top of the byte-stream one (detected by
-// kSubBlocks; the chunk holds exactly one block: kChunkBytes is the block, 256 values):
+// A decoder of byte-stream rows whose chunk is one block of sub-blocks of 32 values (Q4_K, Q5_K)
+// or 16 (Q2_K, Q3_K, Q6_K: kSubBlockValues), each with its own scale and offset, may decode its
+// quants as exact bf16 integers and leave the scales to float32: the four lanes of a quad split
+// each sub-block (lane tig: values 8 tig .. 8 tig + 7 of a 32-value one, 4 tig .. 4 tig + 3 of a
+// 16-value one), so that each mma's k16 lies in one sub-block (a 16-value sub-block is one k16
+// step), and the sub-block's share of a row's dot product is s * P + n * X, P the mma's dot of the
+// decoded integers with x, X the sum of x over the sub-block (an mma with a row of ones), s and n
+// the sub-block's scale and offset in float32. A type without mins (kSubBlockMins false: Q3_K,
+// Q6_K, whose offset is one integer for every sub-block) decodes its quants as the exact signed
+// integers and has no X and no n: its share is s * P. Per pair of values the decode is then a
+// prmt (and a mask or shift per 4; and a bf16 sub without mins), where the bf16 way
+// (decode_staged) makes each value with a prmt, a bf16 sub and a bf16 fma; and no weight is
+// rounded to bf16. Optional interface, on top of the byte-stream one (detected by kSubBlocks; the
+// chunk holds exactly one block: kChunkBytes is the block, 256 values):
 //   Head head(b)                        a row's block head, read from the ring at b
-//   decode_pair(b, c2, tig, w[2][4])    values 8 tig .. 8 tig + 7 of sub-blocks 2 c2 and 2 c2 + 1
-//                                       as bf16 pairs in value order (c2 a constant after unrolling)
-//   sub_scale(head, j, s, n)            sub-block j's s and n (j a constant after unrolling)
+//   decode_pair(b, c2, tig, w[2][4])    the lane's 8 values of the chunk's 32-value units 2 c2 + e
+//                                       into w[e] as bf16 pairs: values 8 tig .. 8 tig + 7
+//                                       (32-value sub-blocks), or 4 tig .. 4 tig + 3 and
+//                                       16 + 4 tig .. 16 + 4 tig + 3 (16-value ones: sub-blocks
+//                                       2 (2 c2 + e) and the next); c2 a constant after unrolling
+//   sub_scale(head, j, s, n)            sub-block j's s and n (j a constant after unrolling; n
+//                                       unused without mins)
+//   kSubBlockValues (optional, 32)      32 or 16
+//   kSubBlockMins (optional, true)      whether n and X are needed
 // H200, T=1, x the streaming ceiling, deepseek-v3 / qwen3-30b-a3b sizes (docs/BENCHMARKS.md, "K-quants
 // on float32 sub-block sums"): Q4_K 0.43 / 0.27 -> 0.50 / 0.36, Q5_K 0.35 / 0.28 -> 0.53 / 0.34
-// (with rings of 2 stages). Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// (with rings of 2 stages); 16-value sub-blocks ("16-value K-quant sub-blocks"): Q6_K 0.49 / 0.33
+// -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
 // way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
 // scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
 // registers, 8-32 bytes of spills: 0.39 / 0.29).
 FTW_HAS_MEMBER(SubBlocks, kSubBlocks);
+FTW_OPTIONAL_MEMBER(SubBlockValues, kSubBlockValues, int, 32);
+FTW_OPTIONAL_MEMBER(SubBlockMins, kSubBlockMins, bool, true);
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -968,37 +981,73 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
 }
 
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
-// pair's x from 8 tig on, any pair's where the lane has none), into the lane's accumulators.
+// pair's x from its first value on: 8 tig, or 4 tig for 16-value sub-blocks; any pair's where the
+// lane has none), into the lane's accumulators.
 template <class Dec>
 __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
                                                        int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
+    constexpr int SV = SubBlockValues<Dec>::value;
+    constexpr bool MINS = SubBlockMins<Dec>::value;
+    constexpr int NS = 32 / SV, KS = SV / 16;  // sub-blocks per 32-value unit, k16 steps per sub-block
+    static_assert(SV == 32 || SV == 16, "sub-blocks of 32 or 16 values");
     const auto h0 = Dec::head(b0);
     const auto h1 = Dec::head(b1);
 #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
         uint4 xv[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-            xv[e] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+        for (int e = 0; e < 2; ++e) {
+            if constexpr (SV == 32) {
+                xv[e] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+            } else {  // values 4 tig .. 4 tig + 3 of the unit's two sub-blocks
+                const uint2 lo = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e)));
+                const uint2 hi = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e) + 16));
+                xv[e] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            }
+        }
         uint32_t wa[2][4], wb[2][4];
         Dec::decode_pair(b0, c2, tig, wa);
         Dec::decode_pair(b1, c2, tig, wb);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            float P[4], X[4];
-            mma_bf16_zero(P, wa[e][0], wb[e][0], wa[e][1], wb[e][1], xv[e].x, xv[e].y);
-            mma_bf16_acc(P, wa[e][2], wb[e][2], wa[e][3], wb[e][3], xv[e].z, xv[e].w);
-            mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xv[e].x, xv[e].y);  // every row: the sum of x
-            mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xv[e].z, xv[e].w);
-            float s0, n0, s1, n1;
-            Dec::sub_scale(h0, 2 * c2 + e, s0, n0);
-            Dec::sub_scale(h1, 2 * c2 + e, s1, n1);
-            // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
-            acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
-            acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
-            acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
-            acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
+            const uint32_t xe[4] = {xv[e].x, xv[e].y, xv[e].z, xv[e].w};
+#pragma unroll
+            for (int t = 0; t < NS; ++t) {  // the unit's sub-blocks, of KS k16 steps each (k = 2 t + i)
+                float P[4], X[4];
+#pragma unroll
+                for (int i = 0; i < KS; ++i) {
+                    const int k = 2 * (KS * t + i);
+                    if (i == 0)
+                        mma_bf16_zero(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
+                    else
+                        mma_bf16_acc(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
+                }
+#pragma unroll
+                for (int i = 0; i < KS && MINS; ++i) {  // every row: the sum of x
+                    const int k = 2 * (KS * t + i);
+                    if (i == 0)
+                        mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
+                    else
+                        mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
+                }
+                const int j = NS * (2 * c2 + e) + t;
+                float s0, n0, s1, n1;
+                Dec::sub_scale(h0, j, s0, n0);
+                Dec::sub_scale(h1, j, s1, n1);
+                // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
+                if constexpr (!MINS) {
+                    acc[0] = fmaf(s0, P[0], acc[0]);
+                    acc[1] = fmaf(s0, P[1], acc[1]);
+                    acc[2] = fmaf(s1, P[2], acc[2]);
+                    acc[3] = fmaf(s1, P[3], acc[3]);
+                } else {
+                    acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
+                    acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
+                    acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
+                    acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
+                }
+            }
         }
     }
 }
@@ -1453,7 +1502,7 @@ __global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
-                                                    xsub + int64_t(c) * 256 + 8 * tig, tig, acc[0]);
+                                                    xsub + int64_t(c) * 256 + SubBlockValues<Dec>::value / 4 * tig, tig, acc[0]);
                     } else if constexpr (IntSums<Dec>::value) {  // (whole blocks, as above)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
@@ -2047,7 +2096,8 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 // -> 0.49; qwen3-30b-a3b 0.25 -> 0.37, 0.28 -> 0.32; 3 stages in between);
                 // FTW_CUDA_STAGED_STAGES=3|4 runs more, FTW_CUDA_STAGED_BYTES=0 the byte-stream
                 // path as it was, 4 stages included (benchmarks, tests). The sub-block decoders
-                // (kSubBlocks: gguf Q4_K, Q5_K, whose rings of 16 rows of 9-11 pieces are not wide)
+                // (kSubBlocks: gguf Q2_K, Q3_K, Q4_K, Q5_K, whose rings of 16 rows of 6-11 pieces
+                // are not wide, and Q6_K)
                 // run their copies one way only, 2 stages too by measurement (H200, T=1, x the
                 // ceiling against 4 stages: deepseek-v3 Q4_K 0.47 -> 0.50, Q5_K 0.47 -> 0.53;
                 // qwen3-30b-a3b 0.30 -> 0.36, 0.33 -> 0.34; 3 stages in between); the IQ types on

@@ -44,10 +44,11 @@
 // Fast<Q2_K>::decode_tables) takes none of these forms: a 16-value half has only four values,
 // ggml's float32 d*sc * q - dmin*m for q = 0..3, each rounded once to bf16 (the table-driven
 // decoder's values) and looked up by prmt. docs/BENCHMARKS.md has the figures.
-// Decode (T <= 8) of Q4_K and Q5_K rows rounds no weight at all: the staged kernel puts their
-// quants in the mma as exact integers and applies each sub-block's scale and min (ggml's float32
-// products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin / ScaledMin serve
-// their register-fed and prefill kernels and FTW_GGUF_CUDA_SUBBLOCKS=0.
+// Decode (T <= 8) of Q2_K, Q3_K, Q4_K, Q5_K and Q6_K rows rounds no weight at all: the staged
+// kernel puts their quants in the mma as exact integers and applies each sub-block's scale and min
+// (ggml's float32 products) to the float32 sums (SubBlockRows, kSubBlocks below); ShiftedMin /
+// ScaledMin, Q2_K's values table and the bf16 decoders serve their register-fed and prefill
+// kernels and FTW_GGUF_CUDA_SUBBLOCKS=0 (=32: Q2_K, Q3_K, Q6_K only).
 // Decode of IQ2_XXS, IQ2_XS and IQ3_S rows rounds no weight either: their grid values enter the mma
 // as exact signed bf16 integers, the scales go onto the float32 sums (IntSumRows, IqInt below).
 // Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
@@ -985,10 +986,12 @@ struct Fast<IQ4_XS> {
 // so no weight is rounded at all (the bf16 decoders round each value, ShiftedMin / ScaledMin).
 // The head's 16 bytes: d and dmin, and the sixteen 6-bit scales and mins cut a byte each (as
 // k4_scale_min: sub-blocks 0..3 in sc[0] / mn[0], 4..7 in sc[1] / mn[1]).
-struct KHead {
+template <int W>
+struct KHeadOf {
     float d, d128, m, m128;  // d, -128 d, dmin, 128 dmin
-    uint32_t sc[2], mn[2];
+    uint32_t sc[W], mn[W];   // sub-block j's scale and min: byte j % 4 of sc[j / 4], mn[j / 4]
 };
+using KHead = KHeadOf<2>;
 __device__ __forceinline__ KHead k_head(const uint8_t* b) {
     const uint4 h = *reinterpret_cast<const uint4*>(b);  // the block starts on 16 bytes (144, 176)
     KHead r;
@@ -1008,7 +1011,8 @@ __device__ __forceinline__ float biased_byte(uint32_t x, int k) {
 }
 // sub-block j's s and n (j a constant after unrolling): fma(d, 128 + sc, -128 d) is d * sc
 // rounded once, as ggml's float32 product (likewise dmin * mn)
-__device__ __forceinline__ void k_sub_scale(const KHead& h, int j, float& s, float& n) {
+template <int W>
+__device__ __forceinline__ void k_sub_scale(const KHeadOf<W>& h, int j, float& s, float& n) {
     s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d128);
     n = fmaf(-128.f, s, fmaf(-h.m, biased_byte(h.mn[j >> 2], j & 3), h.m128));
 }
@@ -1133,6 +1137,42 @@ struct Q5KFast {
 template <>
 struct Fast<Q5_K> : Q5KFast<kMinHiLo> {};
 
+// ---- Q2_K / Q3_K / Q6_K on float32 sub-block sums: 16-value sub-blocks (kSubBlockValues) -------
+//
+// As Q4_K / Q5_K above, with a sub-block per k16 step: lane tig decodes values 4 tig .. 4 tig + 3
+// and 16 + 4 tig .. 16 + 4 tig + 3 of each 32-value unit, 4 bytes of each byte plane (qs, ql, qh,
+// hmask) that the unit's values share; a byte's 2 or 4 quant bits of the unit are shifted into
+// place, masked, and two prmt make the bf16 pairs 128 + q. Q2_K's mins take the X way
+// (n = -(128 s + dmin m)); Q3_K and Q6_K have none (kSubBlockMins false): their offset (4, 32) is
+// one integer for every sub-block, taken off each pair by a bf16 sub (exact), so the mma sums the
+// signed quants. (Taken off P by an mma with a row of -(128 + offset) instead, the constant's four
+// registers were moved into place before each use under the kernel's 128 registers: 4 moves and
+// an mma per sub-block against 4 subs.) Every scale is ggml's own float32 product d * sc (exact:
+// an f16 times a 4-, 6- or 8-bit integer).
+
+// the 4 bytes at byte o (a multiple of 4) of a block at a 2-byte-aligned address b of the ring
+// (Q3_K, Q6_K): the two aligned words around them, shifted (pointer arithmetic rounds b down, so
+// the loads stay ld.shared)
+struct Ring2 {
+    const uint32_t* a;
+    uint32_t sh;
+    __device__ explicit Ring2(const uint8_t* b)
+        : a(reinterpret_cast<const uint32_t*>(b - addr_low(b, 2))), sh(addr_low(b, 2) * 8) {}
+    __device__ uint32_t word(int o) const { return __funnelshift_r(a[o >> 2], a[(o >> 2) + 1], sh); }
+    // the f16 at byte o (a multiple of 4), from the one word holding it (a block's last two bytes:
+    // nothing read past them)
+    __device__ float half(int o) const { return half_bits(a[o >> 2] >> sh); }
+};
+
+// four bytes of x (< 128) as the bf16 pairs (128 + x0, 128 + x1), (128 + x2, 128 + x3)
+__device__ __forceinline__ void biased_pairs(uint32_t x, uint32_t* w) {
+    w[0] = prmt(x, 0x43u, 0x4140u), w[1] = prmt(x, 0x43u, 0x4342u);
+}
+// the same less 128 + off (B = bf16x2_biased(off)): the exact signed integers x - off
+__device__ __forceinline__ void signed_pairs(uint32_t x, uint32_t B, uint32_t* w) {
+    w[0] = bsub2(prmt(x, 0x43u, 0x4140u), B), w[1] = bsub2(prmt(x, 0x43u, 0x4342u), B);
+}
+
 // ql[128] | qh[64] | scales:int8[16] | d:f16; 210-byte blocks, 2-byte aligned. Unit u = 4h + s of
 // its block: 32 ql bytes at 64h + 32(s % 2) (nibble s / 2), 32 qh bytes at 128 + 32h (bits 2s,
 // 2s + 1), scales 8h + 2s and 8h + 2s + 1, d; value = d * sc * (q - 32).
@@ -1141,7 +1181,7 @@ struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
     // H200, T=1, staged: 0.27x (faster at T=8: 0.25x / 0.23x); 0.30x with ld.shared, 0.49x with a
-    // ring of 2 stages (launch_decode)
+    // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows)
     static constexpr bool kStaged = true;
     struct Raw {
         Span<32, 2> ql, qh;
@@ -1175,6 +1215,39 @@ struct Fast<Q6_K> {
             int_pairs(x, bf16x2_biased(32), k < 4 ? f0 : f1, w + 2 * k);
         }
     }
+    // the staged kernel's sub-block interface (16-value sub-blocks, q - 32): for units 2 c2 + e
+    // (h = c2 / 2, s = 2 (c2 % 2) + e) nibble c2 % 2 of the ql words at 64h + 32e + 4 tig (+ 16),
+    // bits 2s, 2s + 1 of the qh words at 128 + 32h + 4 tig (+ 16) to bits 4, 5
+    static constexpr bool kSubBlocks = true;
+    static constexpr int kSubBlockValues = 16;
+    static constexpr bool kSubBlockMins = false;
+    struct Head {
+        float d;
+        uint32_t sc[4];  // scale j: int8 byte j % 4 of sc[j / 4]
+    };
+    __device__ static Head head(const uint8_t* b) {
+        const Ring2 r(b);
+        return {r.half(208), {r.word(192), r.word(196), r.word(200), r.word(204)}};
+    }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
+        s = h.d * float(int8_t(h.sc[j >> 2] >> (8 * (j & 3))));  // exact: an f16 times an int8
+        n = 0.f;
+    }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        const Ring2 r(b);
+        const int h = c2 >> 1, nib = 4 * (c2 & 1);
+        const uint32_t qh[2] = {r.word(128 + 32 * h + 4 * tig), r.word(128 + 32 * h + 16 + 4 * tig)};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t ql = r.word(64 * h + 32 * e + 16 * t + 4 * tig);
+                signed_pairs(((ql >> nib) & 0x0F0F0F0Fu) | (shift_by(qh[t], 4 - 2 * s) & 0x30303030u),
+                             bf16x2_biased(32), w[e] + 2 * t);
+            }
+        }
+    }
 };
 
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
@@ -1189,7 +1262,8 @@ struct Q2KFast {
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.18x of the ceiling; loaded 0.15x
     static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
     // staged with its table of values (decode_tables): H200, T=1, 0.25x / 0.22x of the ceiling
-    // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run
+    // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run; on float32
+    // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1247,6 +1321,32 @@ struct Q2KFast {
             }
         }
     }
+    // the staged kernel's sub-block interface (16-value sub-blocks with mins, the X way): for units
+    // 2 c2 + e (h = c2 / 2, s = 2 (c2 % 2) + e) bits 2s, 2s + 1 of the qs words at 16 + 32h + 4 tig
+    // (+ 16); the head's scale bytes split into their low (scale) and high (min) nibbles
+    static constexpr bool kSubBlocks = true;
+    static constexpr int kSubBlockValues = 16;
+    using Head = KHeadOf<4>;
+    __device__ static Head head(const uint8_t* b) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b);  // the block starts on 4 bytes (84)
+        Head r;
+        r.d = half_bits(w[20]), r.m = half_bits(w[20] >> 16);
+        r.d128 = -128.f * r.d, r.m128 = 128.f * r.m;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) r.sc[i] = w[i] & 0x0F0F0F0Fu, r.mn[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+        return r;
+    }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 4 * tig);
+        const uint32_t qs[2] = {q[0], q[4]};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) biased_pairs((qs[t] >> (2 * s)) & 0x03030303u, w[e] + 2 * t);
+        }
+    }
 };
 template <>
 struct Fast<Q2_K> : Q2KFast<kMinShift> {};
@@ -1260,6 +1360,7 @@ struct Fast<Q3_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
+    // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1294,6 +1395,47 @@ struct Fast<Q3_K> {
                 const uint32_t x = ((qs[k] >> (2 * s)) & 0x03030303u) | (__funnelshift_l(hm[k], hm[k], rot) & 0x04040404u);
                 int_pairs(x, bf16x2_biased(4), f, w + 2 * k);
             }
+        }
+    }
+    // the staged kernel's sub-block interface (16-value sub-blocks, q - 4): for units 2 c2 + e
+    // (h = c2 / 2, s = 2 (c2 % 2) + e) bits 2s, 2s + 1 of the qs words at 32 + 32h + 4 tig (+ 16)
+    // and bit 4h + s of the hmask words at 4 tig (+ 16) to bit 2; the sixteen 6-bit scales cut a
+    // byte each as ggml does (scales 4g .. 4g + 3 in sc[g]), scale = d * (sc - 32)
+    static constexpr bool kSubBlocks = true;
+    static constexpr int kSubBlockValues = 16;
+    static constexpr bool kSubBlockMins = false;
+    struct Head {
+        float d, d160;  // d, -160 d
+        uint32_t sc[4];
+    };
+    __device__ static Head head(const uint8_t* b) {
+        const Ring2 r(b);
+        const uint32_t a0 = r.word(96), a1 = r.word(100), a2 = r.word(104);
+        Head h;
+        h.d = r.half(108), h.d160 = -160.f * h.d;
+        h.sc[0] = (a0 & 0x0F0F0F0Fu) | ((a2 << 4) & 0x30303030u);
+        h.sc[1] = (a1 & 0x0F0F0F0Fu) | ((a2 << 2) & 0x30303030u);
+        h.sc[2] = ((a0 >> 4) & 0x0F0F0F0Fu) | (a2 & 0x30303030u);
+        h.sc[3] = ((a1 >> 4) & 0x0F0F0F0Fu) | ((a2 >> 2) & 0x30303030u);
+        return h;
+    }
+    // fma(d, 128 + sc, -160 d): d * (sc - 32) rounded once (exact: an f16 times 6 bits)
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
+        s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d160);
+        n = 0.f;
+    }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+        const Ring2 r(b);
+        const int h = c2 >> 1;
+        const uint32_t hm[2] = {r.word(4 * tig), r.word(16 + 4 * tig)};
+        const uint32_t qs[2] = {r.word(32 + 32 * h + 4 * tig), r.word(48 + 32 * h + 4 * tig)};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+#pragma unroll
+            for (int t = 0; t < 2; ++t)
+                signed_pairs(((qs[t] >> (2 * s)) & 0x03030303u) | (shift_by(hm[t], 2 - (4 * h + s)) & 0x04040404u),
+                             bf16x2_biased(4), w[e] + 2 * t);
         }
     }
 };
@@ -1900,16 +2042,18 @@ struct ShapedDecoder : Dec {
     using Classic = ShapedDecoder;
 };
 
-// A staged TypedDecoder of a type with the sub-block interface (Fast<T>::kSubBlocks: Q4_K, Q5_K):
-// experts_decode_staged decodes its quants as exact integers and applies the sub-blocks' scales
-// and mins to float32 sums (staged_sub_block_chunk; its ring 2 stages, launch_decode). The
-// default for those types; FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode (decode_staged, 4
-// stages) instead (sub_block_scales).
+// A staged TypedDecoder of a type with the sub-block interface (Fast<T>::kSubBlocks: Q4_K, Q5_K
+// with 32-value sub-blocks, Q2_K, Q3_K, Q6_K with 16-value ones): experts_decode_staged decodes its
+// quants as exact integers and applies the sub-blocks' scales and mins to float32 sums
+// (staged_sub_block_chunk; its ring 2 stages, launch_decode). The default for those types;
+// FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode (decode_staged, or Q2_K's values table) for every
+// one, =32 for the 16-value types only (sub_block_scales).
 template <class Dec>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
-    static_assert(Dec::kAlign == 16 && Dec::kChunkBytes % 16 == 0, "a chunk is one block on 16-byte boundaries");
     static constexpr bool kSubBlocks = true;
+    static constexpr int kSubBlockValues = SubBlockValues<F>::value;
+    static constexpr bool kSubBlockMins = SubBlockMins<F>::value;
     using Head = typename F::Head;
     __device__ static Head head(const uint8_t* b) { return F::head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { F::sub_scale(h, j, s, n); }
@@ -1917,7 +2061,16 @@ struct SubBlockRows : Dec {
         F::decode_pair(b, c2, tig, w);
     }
 };
-inline bool sub_block_scales() { return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0"); }
+// Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
+// FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
+// (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)
+template <class T>
+bool sub_block_scales() {
+    if (env_is("FTW_GGUF_CUDA_SUBBLOCKS", "0")) return false;
+    if (SubBlockValues<Fast<T>>::value == 32) return true;
+    return !env_is("FTW_GGUF_CUDA_SUBBLOCKS", "32") && !env_is("FTW_GGUF_CUDA_TABLES", "1") &&
+           !env_is("FTW_GGUF_CUDA_TABLES", "async");
+}
 
 // A staged TypedDecoder of an IQ type on float32 sub-block sums (IqInt<T>: the grid values as
 // exact signed integers, the scales on the sums; experts_decode_staged's kIntSums interface,

@@ -56,8 +56,13 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         const bool staged = StagedPreferred<Fast<U>>::value ||
                             (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase));
         if (m == GgufMode::kStaged || (m == GgufMode::kPerType && staged)) {
-            // with tables where the type has them (a type's own min form only: with_min_form's
-            // other form keeps the decode it had)
+            // on float32 sub-block sums where the type has them (its own min form only: with_min_form's
+            // other form keeps the decode it had), unless the ring is read through generic addresses
+            if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {
+                if (sub_block_scales<U>() && !generic_shared_loads<U>())
+                    return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
+            }
+            // with tables where the type has them (its own min form only)
             if constexpr (std::is_same_v<U, T> && HasTables<Fast<U>>::value) {
                 if (decode_with_tables<U>()) {
                     if constexpr (HasFill<Fast<U>>::value) {  // the IQ grids by cp.async but with =1
@@ -68,9 +73,6 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             }
             if (generic_shared_loads<U>())
                 return launch_with<TypedDecoder<U, pf, true, SharedLoadsGeneric>>(phase, p, stream);
-            if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {  // (the type's own min form)
-                if (sub_block_scales()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
-            }
             return launch_with<TypedDecoder<U, pf, true>>(phase, p, stream);
         }
         if constexpr (!StagedPreferred<Fast<U>>::value) {  // (else unreachable: no kernel made)
