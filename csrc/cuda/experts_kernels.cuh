@@ -956,7 +956,9 @@ FTW_HAS_MEMBER(HasActPos, act_pos);
 // H200, T=1, x the streaming ceiling, deepseek-v3 / qwen3-30b-a3b sizes (docs/BENCHMARKS.md, "K-quants
 // on float32 sub-block sums"): Q4_K 0.43 / 0.27 -> 0.50 / 0.36, Q5_K 0.35 / 0.28 -> 0.53 / 0.34
 // (with rings of 2 stages); 16-value sub-blocks ("16-value K-quant sub-blocks"): Q6_K 0.49 / 0.33
-// -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24; d once per chunk
+// (kScaledInts, kUnitScales; "d once per chunk" there): Q2_K 0.25 / 0.24 -> 0.28 / 0.25, Q3_K
+// 0.36 / 0.31 -> 0.38 / 0.31, Q6_K 0.57 / 0.37 unchanged. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
 // way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
 // scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
 // registers, 8-32 bytes of spills: 0.39 / 0.29).

@@ -1181,7 +1181,8 @@ struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
     // H200, T=1, staged: 0.27x (faster at T=8: 0.25x / 0.23x); 0.30x with ld.shared, 0.49x with a
-    // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows)
+    // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows); its scales
+    // in units of d (unit_scale) 0.57x / 0.37x, as fast as d * sc per sub-block in the same run
     static constexpr bool kStaged = true;
     struct Raw {
         Span<32, 2> ql, qh;
@@ -1267,7 +1268,9 @@ struct Q2KFast {
     static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
     // staged with its table of values (decode_tables): H200, T=1, 0.25x / 0.22x of the ceiling
     // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run; on float32
-    // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x
+    // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
+    // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
+    // 0.25x / 0.24x in the same run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1393,7 +1396,8 @@ struct Fast<Q3_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
-    // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x)
+    // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
+    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
