@@ -81,6 +81,7 @@ VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3
 # every one, "32" for the 16-value ones only (Q2_K's values table, Q3_K and Q6_K's bf16 decode)
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 VARIANTS["gguf-subblocks-32"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "32"}
+VARIANTS["gguf-chunk-d-0"] = {"FTW_GGUF_CUDA_CHUNK_D": "0"}  # Q3_K / Q6_K: d * sc per sub-block (before KS2)
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

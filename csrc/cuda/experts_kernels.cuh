@@ -956,13 +956,26 @@ FTW_HAS_MEMBER(HasActPos, act_pos);
 // H200, T=1, x the streaming ceiling, deepseek-v3 / qwen3-30b-a3b sizes (docs/BENCHMARKS.md, "K-quants
 // on float32 sub-block sums"): Q4_K 0.43 / 0.27 -> 0.50 / 0.36, Q5_K 0.35 / 0.28 -> 0.53 / 0.34
 // (with rings of 2 stages); 16-value sub-blocks ("16-value K-quant sub-blocks"): Q6_K 0.49 / 0.33
-// -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24; d once per chunk
+// (kScaledInts, kUnitScales; "d once per chunk" there): Q2_K 0.25 / 0.24 -> 0.28 / 0.25, Q3_K
+// 0.36 / 0.31 -> 0.38 / 0.31, Q6_K 0.57 / 0.37 unchanged. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
 // way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
 // scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
 // registers, 8-32 bytes of spills: 0.39 / 0.29).
+//   kUnitScales (optional, false)       without mins: sub_scale's s in units of the row's d,
+//                                       float head_d(head), applied once per chunk and row
+//   kScaledInts (optional, false)       16-value sub-blocks: decode_scaled(b, head, c2, tig, w)
+//                                       as decode_pair but each pair the exact integer scale *
+//                                       quant, so the chunk's sub-blocks chain their mma and
+//                                       float head_d(head) scales the sum once; with mins also
+//                                       min_pair(head, j) (sub-block j's min, both halves) into a
+//                                       second chain against x, times float head_dmin(head),
+//                                       taken off (gguf Q3_K, Q2_K: decode_scaled); no sub_scale
 FTW_HAS_MEMBER(SubBlocks, kSubBlocks);
 FTW_OPTIONAL_MEMBER(SubBlockValues, kSubBlockValues, int, 32);
 FTW_OPTIONAL_MEMBER(SubBlockMins, kSubBlockMins, bool, true);
+FTW_OPTIONAL_MEMBER(UnitScales, kUnitScales, bool, false);
+FTW_OPTIONAL_MEMBER(ScaledInts, kScaledInts, bool, false);
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -991,8 +1004,54 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     constexpr bool MINS = SubBlockMins<Dec>::value;
     constexpr int NS = 32 / SV, KS = SV / 16;  // sub-blocks per 32-value unit, k16 steps per sub-block
     static_assert(SV == 32 || SV == 16, "sub-blocks of 32 or 16 values");
+    constexpr bool UNITS = UnitScales<Dec>::value;
+    static_assert(!UNITS || !MINS, "scales in units of d: no mins");
     const auto h0 = Dec::head(b0);
     const auto h1 = Dec::head(b1);
+    if constexpr (ScaledInts<Dec>::value) {  // the scales in the mma: chains per unit parity e
+        static_assert(SV == 16, "16-value sub-blocks");
+        float C[2][4], M[2][4];  // sum sc q x; with mins sum m x
+#pragma unroll
+        for (int c2 = 0; c2 < 4; ++c2) {
+            uint32_t wa[2][4], wb[2][4];
+            Dec::decode_scaled(b0, h0, c2, tig, wa);
+            Dec::decode_scaled(b1, h1, c2, tig, wb);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const uint2 xs[2] = {__ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e))),
+                                     __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e) + 16))};
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {  // sub-block j = 2 (2 c2 + e) + t
+                    if (c2 == 0 && t == 0)
+                        mma_bf16_zero(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs[0].x, xs[0].y);
+                    else
+                        mma_bf16_acc(C[e], wa[e][2 * t], wb[e][2 * t], wa[e][2 * t + 1], wb[e][2 * t + 1], xs[t].x, xs[t].y);
+                    if constexpr (MINS) {
+                        const int j = 2 * (2 * c2 + e) + t;
+                        const uint32_t ma = Dec::min_pair(h0, j), mb = Dec::min_pair(h1, j);
+                        if (c2 == 0 && t == 0)
+                            mma_bf16_zero(M[e], ma, mb, ma, mb, xs[0].x, xs[0].y);
+                        else
+                            mma_bf16_acc(M[e], ma, mb, ma, mb, xs[t].x, xs[t].y);
+                    }
+                }
+            }
+        }
+        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
+        if constexpr (MINS) {
+            const float m0 = -Dec::head_dmin(h0), m1 = -Dec::head_dmin(h1);
+            acc[0] = fmaf(d0, C[0][0] + C[1][0], fmaf(m0, M[0][0] + M[1][0], acc[0]));
+            acc[1] = fmaf(d0, C[0][1] + C[1][1], fmaf(m0, M[0][1] + M[1][1], acc[1]));
+            acc[2] = fmaf(d1, C[0][2] + C[1][2], fmaf(m1, M[0][2] + M[1][2], acc[2]));
+            acc[3] = fmaf(d1, C[0][3] + C[1][3], fmaf(m1, M[0][3] + M[1][3], acc[3]));
+        } else {
+            acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
+            acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
+        }
+        return;
+    }
+    float cs[4] = {0.f, 0.f, 0.f, 0.f};  // with UNITS: the chunk's sums in units of each row's d
+    float(&a)[4] = UNITS ? cs : acc;
 #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
         uint4 xv[2];
@@ -1037,10 +1096,10 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 Dec::sub_scale(h1, j, s1, n1);
                 // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
                 if constexpr (!MINS) {
-                    acc[0] = fmaf(s0, P[0], acc[0]);
-                    acc[1] = fmaf(s0, P[1], acc[1]);
-                    acc[2] = fmaf(s1, P[2], acc[2]);
-                    acc[3] = fmaf(s1, P[3], acc[3]);
+                    a[0] = fmaf(s0, P[0], a[0]);
+                    a[1] = fmaf(s0, P[1], a[1]);
+                    a[2] = fmaf(s1, P[2], a[2]);
+                    a[3] = fmaf(s1, P[3], a[3]);
                 } else {
                     acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
                     acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
@@ -1049,6 +1108,11 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 }
             }
         }
+    }
+    if constexpr (UNITS) {
+        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
+        acc[0] = fmaf(d0, cs[0], acc[0]), acc[1] = fmaf(d0, cs[1], acc[1]);
+        acc[2] = fmaf(d1, cs[2], acc[2]), acc[3] = fmaf(d1, cs[3], acc[3]);
     }
 }
 

@@ -1181,7 +1181,8 @@ struct Fast<Q6_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
     // H200, T=1, staged: 0.27x (faster at T=8: 0.25x / 0.23x); 0.30x with ld.shared, 0.49x with a
-    // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows)
+    // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows); its scales
+    // in units of d (unit_scale) 0.57x / 0.37x, as fast as d * sc per sub-block in the same run
     static constexpr bool kStaged = true;
     struct Raw {
         Span<32, 2> ql, qh;
@@ -1233,6 +1234,10 @@ struct Fast<Q6_K> {
         s = h.d * float(int8_t(h.sc[j >> 2] >> (8 * (j & 3))));  // exact: an f16 times an int8
         n = 0.f;
     }
+    // d once per chunk (kUnitScales, SubBlockRows with FTW_GGUF_CUDA_CHUNK_D, the default): scale j
+    // as the exact float of its int8, the chunk's sums times d once (no multiply per sub-block)
+    __device__ static float unit_scale(const Head& h, int j) { return float(int8_t(h.sc[j >> 2] >> (8 * (j & 3)))); }
+    __device__ static float head_d(const Head& h) { return h.d; }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const Ring2 r(b);
         const int h = c2 >> 1, nib = 4 * (c2 & 1);
@@ -1263,7 +1268,9 @@ struct Q2KFast {
     static constexpr bool kStaged = true;    // H200: 0.17x (ScaledMin), faster than both; 0.24x with ShiftedMin
     // staged with its table of values (decode_tables): H200, T=1, 0.25x / 0.22x of the ceiling
     // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run; on float32
-    // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x
+    // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
+    // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
+    // 0.25x / 0.24x in the same run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1337,6 +1344,35 @@ struct Q2KFast {
         return r;
     }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { k_sub_scale(h, j, s, n); }
+    // d and dmin once per chunk (kScaledInts with mins, SubBlockRows with FTW_GGUF_CUDA_CHUNK_D, the
+    // default): each pair the exact integer sc * q (<= 45) by one bf16 fma from 8 + q (as
+    // Fast<Q3_K>::decode_scaled: fma(8 + q, sc, -8 sc)), the mins as the pairs (m, m) of a second mma
+    // chain against x (each row's sum of m * x), d and dmin applied to the chunk's two sums once:
+    // per sub-block and row a prmt, a sub and an fma (sc, -8 sc) and a prmt and a sub (m), where
+    // sub_scale's way takes two scale bytes, 3 fma and 4 fma into the sums
+    __device__ static float head_d(const Head& h) { return h.d; }
+    __device__ static float head_dmin(const Head& h) { return h.m; }
+    __device__ static uint32_t min_pair(const Head& h, int j) {
+        return bsub2(prmt(h.mn[j >> 2], 0x43u, 0x4040u | uint32_t(j & 3) * 0x101u), bf16x2_biased(0));
+    }
+    __device__ static void decode_scaled(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 4 * tig);
+        const uint32_t qs[2] = {q[0], q[4]};
+        constexpr uint32_t kM8 = 0xC100C100u, k1024 = 0x44804480u;  // -8, 1024
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int j = 2 * (2 * c2 + e) + t;
+                const uint32_t B = prmt(hd.sc[j >> 2], 0x43u, 0x4040u | uint32_t(j & 3) * 0x101u);  // (128 + sc) x 2
+                const uint32_t S = bsub2(B, bf16x2_biased(0)), C = bfma2(B, kM8, k1024);         // sc, -8 sc
+                const uint32_t x = shift_by(qs[t], 4 - 2 * s) & 0x30303030u;
+                w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), S, C);
+                w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), S, C);
+            }
+        }
+    }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 4 * tig);
         const uint32_t qs[2] = {q[0], q[4]};
@@ -1360,7 +1396,8 @@ struct Fast<Q3_K> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
-    // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x)
+    // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
+    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1423,6 +1460,35 @@ struct Fast<Q3_K> {
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
         s = fmaf(h.d, biased_byte(h.sc[j >> 2], j & 3), h.d160);
         n = 0.f;
+    }
+    __device__ static float head_d(const Head& h) { return h.d; }
+    // The scales in the mma (kScaledInts, SubBlockRows with FTW_GGUF_CUDA_CHUNK_D, the default): each
+    // pair is the exact integer (q - 4) * (sc - 32) (|.| <= 128, exact in bf16), made by one bf16
+    // fma from the pair 8 + q (the quant bits at byte bits 4..6 under the exponent of bf16 8:
+    // 8 + b / 16) as fma(8 + q, T, -12 T), T = sc - 32 (the product exact in the fma, -12 T exact
+    // in bf16); the sub-block's T and -12 T pairs from its scale byte (one prmt, a sub and an fma).
+    // So the 16 sub-blocks' mma chain on, and d scales the chunk's sums once per row: no float32
+    // instruction per sub-block, where sub_scale's way takes a scale and 4 fma per sub-block and
+    // row pair, for the same count of bf16 instructions per pair (an fma for the sub).
+    __device__ static void decode_scaled(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
+        const Ring2 r(b);
+        const int h = c2 >> 1;
+        const uint32_t hm[2] = {r.word(4 * tig), r.word(16 + 4 * tig)};
+        const uint32_t qs[2] = {r.word(32 + 32 * h + 4 * tig), r.word(48 + 32 * h + 4 * tig)};
+        constexpr uint32_t k160 = bf16x2_biased(32), kM12 = 0xC140C140u, k1920 = 0x44F044F0u;  // 160, -12, 1920
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int j = 2 * (2 * c2 + e) + t;  // the sub-block: byte j % 4 of sc[j / 4]
+                const uint32_t B = prmt(hd.sc[j >> 2], 0x43u, 0x4040u | uint32_t(j & 3) * 0x101u);  // (128 + sc) x 2
+                const uint32_t T = bsub2(B, k160), C = bfma2(B, kM12, k1920);            // sc - 32, -12 (sc - 32)
+                const uint32_t x = (shift_by(qs[t], 4 - 2 * s) & 0x30303030u) | (shift_by(hm[t], 6 - (4 * h + s)) & 0x40404040u);
+                w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), T, C);
+                w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), T, C);
+            }
+        }
     }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const Ring2 r(b);
@@ -2048,19 +2114,44 @@ struct ShapedDecoder : Dec {
 // (staged_sub_block_chunk; its ring 2 stages, launch_decode). The default for those types;
 // FTW_GGUF_CUDA_SUBBLOCKS=0 runs the bf16 decode (decode_staged, or Q2_K's values table) for every
 // one, =32 for the 16-value types only (sub_block_scales).
-template <class Dec>
+//
+// ChunkD (Q2_K, Q3_K, Q6_K: FTW_GGUF_CUDA_CHUNK_D, chunk_d below) applies each row's d (and dmin)
+// once per chunk: Q6_K's scales as exact integers on the sums (kUnitScales), Q3_K's and Q2_K's in
+// the mma (kScaledInts, decode_scaled; Q2_K's mins in a second mma chain, min_pair); without it
+// they take d * sc per sub-block (sub_scale).
+FTW_HAS_MEMBER(HasUnitScale, unit_scale);
+FTW_HAS_MEMBER(HasDecodeScaled, decode_scaled);
+template <class F>
+constexpr bool kHasChunkD = HasUnitScale<F>::value || HasDecodeScaled<F>::value;
+template <class Dec, bool ChunkD = false>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static constexpr bool kSubBlocks = true;
     static constexpr int kSubBlockValues = SubBlockValues<F>::value;
     static constexpr bool kSubBlockMins = SubBlockMins<F>::value;
+    static constexpr bool kUnitScales = ChunkD && HasUnitScale<F>::value;
+    static constexpr bool kScaledInts = ChunkD && HasDecodeScaled<F>::value;
     using Head = typename F::Head;
     __device__ static Head head(const uint8_t* b) { return F::head(b); }
-    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) { F::sub_scale(h, j, s, n); }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
+        if constexpr (kUnitScales)
+            s = F::unit_scale(h, j), n = 0.f;
+        else
+            F::sub_scale(h, j, s, n);
+    }
+    __device__ static float head_d(const Head& h) { return F::head_d(h); }
+    __device__ static float head_dmin(const Head& h) { return F::head_dmin(h); }
+    __device__ static uint32_t min_pair(const Head& h, int j) { return F::min_pair(h, j); }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         F::decode_pair(b, c2, tig, w);
     }
+    __device__ static void decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
+        F::decode_scaled(b, h, c2, tig, w);
+    }
 };
+// whether Q2_K / Q3_K / Q6_K rows on sub-block sums apply d once per chunk (ChunkD): unless
+// FTW_GGUF_CUDA_CHUNK_D=0 (benchmarks, tests; read at every launch)
+inline bool chunk_d() { return !env_is("FTW_GGUF_CUDA_CHUNK_D", "0"); }
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)
