@@ -170,12 +170,12 @@ def test_nvfp4_block_scales(scales):
 
 # Finer work where a phase has few items per SM (kOptFine, FTW_CUDA_STAGED_FINE=both|gate_up|down
 # forced for every format, =off never, unset the default rule: mxfp8 here: rings of 2 stages,
-# each warp at most 2 chunks of an item, gate_up at 80 registers, down's items in parts of 2 chunks
-# at T = 1), and down's parts of fewer chunks than the ring's stages (FTW_CUDA_STAGED_PART_MIN=2,
-# 4-stage rings): H = 2048 (gate_up rows of 8 chunks for fp4: 4 warps of 2 chunks, their partials
-# reduced through shared memory; 16 for mxfp8), I = 672 (down rows of 21 units for fp4, 42 for
-# mxfp8: a partial last chunk, so a part ends inside the row), at T = 1 (down in parts), 3 and 8
-# (32 pairs). (H, I, E, K, T, env)
+# up to 4 warps per block, each at most 2 chunks of an item where that suffices, gate_up at 80
+# registers, down's items in parts of 2 chunks at T = 1), and down's parts of fewer chunks than
+# the ring's stages (FTW_CUDA_STAGED_PART_MIN=2, 4-stage rings): H = 2048 (gate_up rows of 8
+# chunks for fp4: 4 warps of 2 chunks, their partials reduced through shared memory; 16 for
+# mxfp8), I = 672 (down rows of 21 units for fp4, 42 for mxfp8: a partial last chunk, so a part
+# ends inside the row), at T = 1 (down in parts), 3 and 8 (32 pairs). (H, I, E, K, T, env)
 FINE_CASES = {
     f"{mode}_t{T}": (2048, 672, 16, 4, T, {"FTW_CUDA_STAGED_ROWS32": "0", "FTW_CUDA_STAGED_FINE": mode})
     for mode in ("both", "gate_up", "down") for T in (1, 3, 8)

@@ -913,11 +913,14 @@ constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64, kO
 constexpr int kOptScale2 = 256;
 //   kOptFine     finer work for phases of few items per SM (the qwen3-30b-a3b size, where each warp
 //                otherwise gets one item of 3-4 chunks, all in flight at once, and decodes them only
-//                after they arrive): a ring of 2 stages and the warps per block that give each warp
-//                at most 2 chunks of an item, so more warps per SM share the decode while the
-//                others' bytes arrive: gate_up at 80 registers (6 blocks of 4 warps per SM; at 96
-//                only 5 fit, and qwen3's 768 items would take two rounds), down's items in parts of
-//                as few as 2 chunks at T = 1 (96 registers: at 80, 24 bytes spill). Where
+//                after they arrive): a ring of 2 stages and the fewest warps per block (up to 4)
+//                that give each warp at most 2 chunks of an item, so more warps per SM share the
+//                decode while the others' bytes arrive: gate_up at 80 registers (6 blocks of 4 warps
+//                per SM; at 96 only 5 fit, and qwen3's 768 items would take two rounds), down at 96
+//                (at 80, 24 bytes spill) with parts of as few as 2 chunks at T = 1 (the ring's
+//                stages: the parts rule's floor). qwen3 size, by the rules' arithmetic: fp4 gate_up 4
+//                warps of 2 chunks (else 2 of 4), down 2 parts of 2 and 1 chunks; mxfp8 gate_up 4
+//                warps of 4 (else 2 of 8), down 2 warps of 3 (else 1 of 6). Where
 //                staged_fine says (mxfp8 at the qwen3-30b-a3b size)
 constexpr int kOptFine = 512;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -1910,7 +1913,7 @@ inline int staged_unit_opt() {
 struct StagedShape {
     int ks, cpw, per, grid;
 };
-// fine (kOptFine): the fewest warps that give each at most 2 chunks of an item instead.
+// fine (kOptFine): the fewest warps (up to 4) that give each at most 2 chunks of an item instead.
 template <class Kernel>
 StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5],
                          bool fine = false) {
