@@ -140,6 +140,14 @@ VARIANTS["scale2-off"] = {"FTW_CUDA_STAGED_SCALE2": "0"}
 VARIANTS.update({"pdl0": {"FTW_CUDA_PDL0": "1"}, "pdl0-off": {"FTW_CUDA_PDL0": "0"},
                  "pdl0-early": {"FTW_CUDA_PDL0": "1", "FTW_CUDA_EARLY_WEIGHTS": "1"},
                  "only0": {"FTW_CUDA_ONLY_PHASE": "0"}, "only1": {"FTW_CUDA_ONLY_PHASE": "1", "FTW_CUDA_PDL": "0"}})
+# finer work in the staged kernel where a phase has few items per SM (kOptFine, FTW_CUDA_STAGED_FINE:
+# rings of 2 stages, up to 4 warps per block for at most 2 chunks of an item per warp, gate_up at
+# 80 registers, down's items in parts of 2 chunks at T = 1; by default mxfp8 at the qwen3-30b-a3b
+# size) in both phases, gate_up only, down only, never ("fine-off"); "partmin2": down's parts of 2
+# chunks with the 4-stage ring (FTW_CUDA_STAGED_PART_MIN)
+VARIANTS.update({"fine": {"FTW_CUDA_STAGED_FINE": "both"}, "fine-gu": {"FTW_CUDA_STAGED_FINE": "gate_up"},
+                 "fine-off": {"FTW_CUDA_STAGED_FINE": "off"},
+                 "fine-down": {"FTW_CUDA_STAGED_FINE": "down"}, "partmin2": {"FTW_CUDA_STAGED_PART_MIN": "2"}})
 VARIANTS.update({"sopt0": {"FTW_CUDA_STAGED_OPT": "0"}, "parts1": {"FTW_CUDA_STAGED_PARTS": "1"},
                  "parts2": {"FTW_CUDA_STAGED_PARTS": "2"},
                  "staged0": {"FTW_CUDA_STAGED_OPT": "0", "FTW_CUDA_STAGED_PARTS": "1"}})

@@ -11,6 +11,8 @@ float32 sums, the activation rounded to bf16 once).
   kernel before the lean producer and act in pair order, each of the two, both at 128 registers),
   and 32-row stages (FTW_CUDA_STAGED_ROWS32, and the default rule's choice) in both phases or
   gate_up only, at T = 1, 3, 8, with 4 warps splitting a row and with down's items in parts;
+- finer work for phases of few items per SM (FTW_CUDA_STAGED_FINE; the default for mxfp8 there)
+  in either phase or both at T = 1, 3, 8, with down's parts of 2 chunks (FTW_CUDA_STAGED_PART_MIN);
 - mxfp4 / ds_fp4's E8M0 scale pair by add-and-clamp and multiply (FTW_CUDA_STAGED_SCALE2=0: as
   before) at 32- and 16-row stages, and every E8M0 byte of the exact range through both;
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
@@ -164,3 +166,31 @@ def test_nvfp4_block_scales(scales):
         banks[bank + "_scale"] = s.astype(np.uint8)
     out, ref = forward_and_ref("nvfp4", H, I, E, K, T, [6, len(scales)], banks=banks, opts=opts)
     assert rel_err(out, ref) < tol("nvfp4")
+
+
+# Finer work where a phase has few items per SM (kOptFine, FTW_CUDA_STAGED_FINE=both|gate_up|down
+# forced for every format, =off never, unset the default rule: mxfp8 here: rings of 2 stages,
+# up to 4 warps per block, each at most 2 chunks of an item where that suffices, gate_up at 80
+# registers, down's items in parts of 2 chunks at T = 1), and down's parts of fewer chunks than
+# the ring's stages (FTW_CUDA_STAGED_PART_MIN=2, 4-stage rings): H = 2048 (gate_up rows of 8
+# chunks for fp4: 4 warps of 2 chunks, their partials reduced through shared memory; 16 for
+# mxfp8), I = 672 (down rows of 21 units for fp4, 42 for mxfp8: a partial last chunk, so a part
+# ends inside the row), at T = 1 (down in parts), 3 and 8 (32 pairs). (H, I, E, K, T, env)
+FINE_CASES = {
+    f"{mode}_t{T}": (2048, 672, 16, 4, T, {"FTW_CUDA_STAGED_ROWS32": "0", "FTW_CUDA_STAGED_FINE": mode})
+    for mode in ("both", "gate_up", "down") for T in (1, 3, 8)
+}
+FINE_CASES.update({f"partmin2_t{T}": (256, 672, 16, 4, T, {"FTW_CUDA_STAGED_ROWS32": "0",
+                                                            "FTW_CUDA_STAGED_PART_MIN": "2"}) for T in (1, 3)})
+FINE_CASES.update({f"{mode}_t1": (2048, 672, 16, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "0"} | env)
+                   for mode, env in (("default", {}), ("off", {"FTW_CUDA_STAGED_FINE": "off"}))})
+
+
+@pytest.mark.parametrize("name", STAGED)
+@pytest.mark.parametrize("case", list(FINE_CASES))
+def test_staged_fine(name, case, monkeypatch):
+    H, I, E, K, T, env = FINE_CASES[case]  # noqa: E741
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out, ref = forward_and_ref(name, H, I, E, K, T, [17, STAGED.index(name), list(FINE_CASES).index(case)])
+    assert rel_err(out, ref) < tol(name)

@@ -911,6 +911,18 @@ constexpr int kStagedOptAll = kOptDecode;
 // by each block into shared memory in pair order once (no x loads from L1 and no PRMT per stage).
 constexpr int kOptLean = 8, kOptActPerm = 16, kOptWide = 32, kOptRows32 = 64, kOptEarly = 128;
 constexpr int kOptScale2 = 256;
+//   kOptFine     finer work for phases of few items per SM (the qwen3-30b-a3b size, where each warp
+//                otherwise gets one item of 3-4 chunks, all in flight at once, and decodes them only
+//                after they arrive): a ring of 2 stages and the fewest warps per block (up to 4)
+//                that give each warp at most 2 chunks of an item, so more warps per SM share the
+//                decode while the others' bytes arrive: gate_up at 80 registers (6 blocks of 4 warps
+//                per SM; at 96 only 5 fit, and qwen3's 768 items would take two rounds), down at 96
+//                (at 80, 24 bytes spill) with parts of as few as 2 chunks at T = 1 (the ring's
+//                stages: the parts rule's floor). qwen3 size, by the rules' arithmetic: fp4 gate_up 4
+//                warps of 2 chunks (else 2 of 4), down 2 parts of 2 and 1 chunks; mxfp8 gate_up 4
+//                warps of 4 (else 2 of 8), down 2 warps of 3 (else 1 of 6). Where
+//                staged_fine says (mxfp8 at the qwen3-30b-a3b size)
+constexpr int kOptFine = 512;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
@@ -1195,7 +1207,9 @@ FTW_HAS_MEMBER(HasBlockSetup, block_setup);
 FTW_OPTIONAL_MEMBER(SetupAsync, kSetupAsync, bool, false);
 
 template <class Dec, int PH, int S, int OPT>
-__global__ void __launch_bounds__(128, ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4 : 5)
+__global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
+                                      : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
+                                                                                        : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
@@ -1963,8 +1977,10 @@ inline int staged_unit_opt() {
 struct StagedShape {
     int ks, cpw, per, grid;
 };
+// fine (kOptFine): the fewest warps (up to 4) that give each at most 2 chunks of an item instead.
 template <class Kernel>
-StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5]) {
+StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5],
+                         bool fine = false) {
     const int sms = device_sms();
     auto cap_of = [&](int ks) {  // blocks that fit on the GPU at once
         int n = 0;  // remembered only once the device answered
@@ -1986,13 +2002,43 @@ StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, in
         KS = ks;
         // and while each warp would still get 8 chunks of a row with twice as many (deepseek-v3
         // mxfp8: 0.55x -> 0.65x of the ceiling with 4 warps, qwen3 best with 2)
-        if (forced ? ks >= forced : std::min(fewest, cap_of(ks)) * ks >= 7 * sms && nck < 16 * ks) break;
+        if (forced ? ks >= forced
+                   : fine ? nck <= 2 * ks : std::min(fewest, cap_of(ks)) * ks >= 7 * sms && nck < 16 * ks)
+            break;
     }
     return shape(KS);
 }
 
+// The fewest chunks of a part of down's items for the parts rule below: S (a part fills the
+// ring), or FTW_CUDA_STAGED_PART_MIN's (1..S; benchmarks: at the qwen3-30b-a3b size, fp4 down rows
+// of 3 chunks, S = 4 refuses every split).
+inline int staged_part_min(int S) {
+    const int n = env_int("FTW_CUDA_STAGED_PART_MIN", 0);
+    return n >= 1 && n <= S ? n : S;
+}
+
+// kOptFine for phase PH (rows of 16-byte units, 16-row stages: where kOptRows32 is not taken), as
+// measured on the H200 (x the ceiling, T = 1 (T = 8 same experts); docs/BENCHMARKS.md "FP4Q"):
+// mxfp8 at the qwen3-30b-a3b size gains with it in both phases, 0.45 -> 0.48 (0.39 -> 0.42), but
+// not in either alone (gate_up only 0.42, down only 0.46); at the deepseek-v3 size it loses at
+// T = 1 (0.68 -> 0.64); the fp4 decoders lose at the qwen3 size (nvfp4 0.37 -> 0.35, gate_up only
+// 0.32, down only 0.37; at deepseek-v3 they stage 32 rows). The items per SM separate the sizes:
+// gate_up's 16-row items when every token picks the same experts, 5.8 at qwen3, 15.5 at deepseek-v3.
+// So by default: decoders of 16 values per unit (mxfp8), both phases where gate_up has fewer than
+// 12 such items per SM. FTW_CUDA_STAGED_FINE=both|gate_up|down forces it (any decoder of 16-byte
+// units), =off never (benchmarks, tests). Early weights on (FTW_CUDA_EARLY_WEIGHTS=1) keep the
+// 4-stage ring they were measured with.
+template <class Dec>
+bool staged_fine(const KernelParams& p, int PH) {
+    const char* v = env_or("FTW_CUDA_STAGED_FINE", "");
+    if (*v != 0) return std::strcmp(v, "both") == 0 || std::strcmp(v, PH == 0 ? "gate_up" : "down") == 0;
+    if (Dec::VEC != 16) return false;
+    const int items = (p.I + 7) / 8 * std::min(p.K, p.num_experts);  // gate_up's 16-row bands x experts
+    return items < 12LL * device_sms();
+}
+
 // Parts of a phase 1 item at T = 1 (down adds into out, so blocks can share an item's chunks):
-// the count of 1, 2, 4 (each part at least S chunks) whose shape gives each warp the fewest
+// the count of 1, 2, 4 (each part at least staged_part_min chunks) whose shape gives each warp the fewest
 // chunks in all, or FTW_CUDA_STAGED_PARTS's. Where the items do not divide into the blocks that
 // fit, parts even out the blocks' work: deepseek-v3 down, 3584 items of 8 chunks for 2508
 // blocks, 2 items per block; in 2 parts, 3 parts of 4 chunks (0.44x -> 0.46x of the ceiling;
@@ -2018,13 +2064,15 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     // shapes they were measured with, unless FTW_CUDA_STAGED_PARTS forces a count)
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
-    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit);
+    constexpr bool fine = (OPT & kOptFine) != 0;
+    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine);
     const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    const int part_min = staged_part_min(S);
     if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
-            if (!forced && nck < S) break;
-            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit);
+            if (!forced && nck < part_min) break;
+            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine);
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
@@ -2064,6 +2112,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
+            // a ring of 2 stages of 2 KB, at 80 registers
+            if (opt == kStagedUnitOpt && !early_weights(false) && staged_fine<Dec>(p, PH))
+                return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptFine>(p, stream);
             if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && early_weights(false)) opt |= kOptEarly;
             switch (opt) {
                 case 0:  // (the same code as kOptDecode for decoders without decode_v0)
