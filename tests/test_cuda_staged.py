@@ -49,6 +49,16 @@ def forward_and_ref(name, H, I, E, K, T, seed, banks=None, opts=None):  # noqa: 
     return out, Reference(name, opts, banks, H, I).forward(x64, ids, wts, act)
 
 
+def check_case(name, cases, case, seed, monkeypatch):
+    """One (H, I, E, K, T, env) case of a table below: its switches set, the step against the float64
+    reference within the format's tolerance."""
+    H, I, E, K, T, env = cases[case]  # noqa: E741
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out, ref = forward_and_ref(name, H, I, E, K, T, seed)
+    assert rel_err(out, ref) < tol(name)
+
+
 @pytest.mark.parametrize("name", STAGED)
 @pytest.mark.parametrize("parts", [2, 4])
 @pytest.mark.parametrize("T", [1, 3])
@@ -94,11 +104,7 @@ ROWS32_CASES = {
 @pytest.mark.parametrize("name", STAGED)
 @pytest.mark.parametrize("case", list(ROWS32_CASES))
 def test_staged_rows32(name, case, monkeypatch):
-    H, I, E, K, T, env = ROWS32_CASES[case]  # noqa: E741
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    out, ref = forward_and_ref(name, H, I, E, K, T, [7, STAGED.index(name), list(ROWS32_CASES).index(case)])
-    assert rel_err(out, ref) < tol(name)
+    check_case(name, ROWS32_CASES, case, [7, STAGED.index(name), list(ROWS32_CASES).index(case)], monkeypatch)
 
 
 # mxfp4 / ds_fp4's E8M0 scale pair by one add-and-clamp and one multiply (kOptScale2, the
@@ -118,13 +124,9 @@ SCALE2_CASES = {
 @pytest.mark.parametrize("scale2", ["0", "default"])
 @pytest.mark.parametrize("case", list(SCALE2_CASES))
 def test_staged_scale2(name, scale2, case, monkeypatch):
-    H, I, E, K, T, env = SCALE2_CASES[case]  # noqa: E741
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
     if scale2 != "default":
         monkeypatch.setenv("FTW_CUDA_STAGED_SCALE2", scale2)
-    out, ref = forward_and_ref(name, H, I, E, K, T, [11, len(scale2), list(SCALE2_CASES).index(case), len(name)])
-    assert rel_err(out, ref) < tol(name)
+    check_case(name, SCALE2_CASES, case, [11, len(scale2), list(SCALE2_CASES).index(case), len(name)], monkeypatch)
 
 
 @pytest.mark.parametrize("scale2", ["0", "default"])
@@ -189,8 +191,4 @@ FINE_CASES.update({f"{mode}_t1": (2048, 672, 16, 4, 1, {"FTW_CUDA_STAGED_ROWS32"
 @pytest.mark.parametrize("name", STAGED)
 @pytest.mark.parametrize("case", list(FINE_CASES))
 def test_staged_fine(name, case, monkeypatch):
-    H, I, E, K, T, env = FINE_CASES[case]  # noqa: E741
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    out, ref = forward_and_ref(name, H, I, E, K, T, [17, STAGED.index(name), list(FINE_CASES).index(case)])
-    assert rel_err(out, ref) < tol(name)
+    check_case(name, FINE_CASES, case, [17, STAGED.index(name), list(FINE_CASES).index(case)], monkeypatch)
