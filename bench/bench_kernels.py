@@ -97,6 +97,9 @@ VARIANTS.update({f"gguf-staged-tables-{v}": {"FTW_GGUF_CUDA_DECODER": "staged", 
 # the IQ types on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS): "0" the decode they had before
 # (staged with decode_tables, IQ3_XXS register-fed); "1" every IQ type that way (IQ3_XXS too)
 VARIANTS.update({f"gguf-intsums-{v}": {"FTW_GGUF_CUDA_INTSUMS": v} for v in ("0", "1")})
+# the IQ grids in copies per lane (FTW_GGUF_CUDA_GRID_COPIES: 0 never, the single grid as before;
+# 1 in every phase, also rows of fewer than 8 chunks)
+VARIANTS.update({f"gguf-copies-{v}": {"FTW_GGUF_CUDA_GRID_COPIES": v} for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

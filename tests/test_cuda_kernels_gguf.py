@@ -300,6 +300,40 @@ def test_iq_types_on_float32_sub_block_sums(types, T, size, sums, stages, monkey
     check(types, T, [13, sum(map(ord, "".join(types))), INT_SUMS.index(sums), len(stages)], **size)
 
 
+# The IQ types on sums with their grid in 8 copies (4 for IQ2_XS), one per lane of a shared-memory
+# phase (IqCopies), the signs without ksigns' table: forced at every size (FTW_GGUF_CUDA_GRID_COPIES=1:
+# also rows of 1-3 chunks, blocks of 4 warps that split them), and by default where a phase's rows
+# have 8 chunks (H = 2048: gate_up); "0" never (the single grid, as before)
+GRID_COPIES = ["1", "", "0"]
+
+
+@pytest.mark.parametrize("copies, stages", [("1", ""), ("1", "4"), ("", ""), ("0", "")])
+@pytest.mark.parametrize("types, T, size", [(("IQ2_XXS", "IQ2_XXS", "IQ2_XXS"), 1, {}),
+                                            (("IQ2_XS", "IQ2_XS", "IQ2_XS"), 3, {}),
+                                            (("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), 5, {}),
+                                            (("IQ3_S", "IQ3_S", "IQ3_S"), 2, {}),
+                                            (("IQ2_XXS", "IQ2_XXS", "IQ3_S"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("IQ3_S", "IQ3_S", "IQ2_XS"), 1, {"H": 2048, "I": 2048, "E": 8, "K": 8}),
+                                            (("IQ3_XXS", "IQ3_XXS", "IQ2_XXS"), 8, {"H": 768, "I": 256, "E": 8, "K": 8})])
+def test_iq_grids_in_copies(types, T, size, copies, stages, monkeypatch):
+    """Every lane reading its own copy of the grid gives the values of gguf.quants: one item per
+    block and more items than blocks, rows of 1 to 8 super-blocks, T = 1..8, both phases in copies
+    (H = I = 2048) and one of them."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", "1")
+    monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [17, sum(map(ord, "".join(types))), GRID_COPIES.index(copies), len(stages)], **size)
+
+
+@pytest.mark.parametrize("copies", ["", "0"])
+@pytest.mark.parametrize("T", [1, 8])
+def test_iq3_xxs_on_sums_where_both_phases_take_copies(T, copies, monkeypatch):
+    """IQ3_XXS's default: on sums with its grid in copies where both phases' rows have 8 chunks or
+    more (H = I = 2048), register-fed with FTW_GGUF_CUDA_GRID_COPIES=0 (as at smaller sizes)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
+    check(("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), T, [19, T, GRID_COPIES.index(copies)], H=2048, I=2048, E=8, K=8)
+
+
 # the 4-bit types of 32-value blocks and IQ4_XS staged (FTW_GGUF_CUDA_DECODER=staged) on rings of 2
 # stages (the default "", kShortRing) and 4 (FTW_CUDA_STAGED_STAGES); and Q4_0 / MXFP4 by default,
 # which decode staged where a phase has many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: at every size)

@@ -1205,6 +1205,12 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 // kSetupAsync by cp.async, waited for after the routing (the copies' latency overlapping its).
 FTW_HAS_MEMBER(HasBlockSetup, block_setup);
 FTW_OPTIONAL_MEMBER(SetupAsync, kSetupAsync, bool, false);
+// kSetupLate (with kSetupAsync): the copies are waited for after the block's first S ring stages
+// are in flight, not before (gguf's IQ grids in copies: 16-32 KB per block, whose fill would
+// otherwise delay the first weight loads); kBlockWarps: the K split the launch takes (0: its rule;
+// FTW_CUDA_STAGED_KSPLIT still forces one), for decoders whose per-block setup wants few blocks.
+FTW_OPTIONAL_MEMBER(SetupLate, kSetupLate, bool, false);
+FTW_OPTIONAL_MEMBER(BlockWarps, kBlockWarps, int, 0);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
@@ -1429,7 +1435,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
     if constexpr (SetupAsync<Dec>::value) cp_async_commit();
     const int nexp = staged_route<PH>(p, rt);
-    if constexpr (SetupAsync<Dec>::value) {  // every thread's copies landed, for every warp
+    if constexpr (SetupAsync<Dec>::value && !SetupLate<Dec>::value) {  // every thread's copies landed, for every warp
         cp_async_wait<0>();
         __syncthreads();
     }
@@ -1455,6 +1461,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         } else if (pli > 0) {
             producer_item();  // the producer stepped past the first item before nmine was known
         }
+    }
+    if constexpr (SetupLate<Dec>::value) {  // the setup's group, older than the S ring stages just issued
+        cp_async_wait<S>();
+        __syncthreads();
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
 
@@ -1980,7 +1990,7 @@ struct StagedShape {
 // fine (kOptFine): the fewest warps (up to 4) that give each at most 2 chunks of an item instead.
 template <class Kernel>
 StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5],
-                         bool fine = false) {
+                         bool fine = false, int prefer = 0) {
     const int sms = device_sms();
     auto cap_of = [&](int ks) {  // blocks that fit on the GPU at once
         int n = 0;  // remembered only once the device answered
@@ -1996,7 +2006,8 @@ StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, in
         return StagedShape{ks, (nck + ks - 1) / ks, per, (most + per - 1) / per};
     };
     int KS = 1;
-    const int forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
+    const int env_forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
+    const int forced = env_forced ? env_forced : prefer;  // prefer: the decoder's kBlockWarps
     for (int ks = 1; ks <= 4; ks *= 2) {
         if (ks > 1 && nck < 2 * ks) break;  // at least 2 chunks per warp and item
         KS = ks;
@@ -2065,14 +2076,14 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
     constexpr bool fine = (OPT & kOptFine) != 0;
-    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine);
+    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, BlockWarps<Dec>::value);
     const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
     const int part_min = staged_part_min(S);
     if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
             if (!forced && nck < part_min) break;
-            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine);
+            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine, BlockWarps<Dec>::value);
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }

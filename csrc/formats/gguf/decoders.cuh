@@ -1924,11 +1924,14 @@ struct IqInt<IQ2_XS> {
 
 // d | qs[64] (a grid index per 4 values) | per sub-block: u32 of 4x7 sign bits + scale; 98 bytes.
 // db = d * (0.5 + scale) * 0.5
-// Not the default: H200, T=1, 0.24 -> 0.24 at deepseek-v3, but 0.26 -> 0.21 at qwen3-30b-a3b against
-// its register-fed decode (FTW_GGUF_CUDA_INTSUMS=1 runs it)
+// Not the default with one grid: H200, T=1, 0.24 -> 0.24 at deepseek-v3, but 0.26 -> 0.21 at
+// qwen3-30b-a3b against its register-fed decode (FTW_GGUF_CUDA_INTSUMS=1 runs it). With the grid in
+// copies (IqCopies), where both phases take them (kDefaultWithCopies: rows of 8 chunks or more):
+// deepseek-v3 0.24 -> 0.28 (T=8 same experts 0.20 -> 0.26); at qwen3-30b-a3b (down's rows of 3
+// chunks) it stays register-fed (docs/BENCHMARKS.md, "IQ3")
 template <>
 struct IqInt<IQ3_XXS> {
-    static constexpr bool kHas = true, kDefault = false;
+    static constexpr bool kHas = true, kDefault = false, kDefaultWithCopies = true;
     static constexpr int kScaleGroup = 32;
     __device__ static float head(const uint8_t* b) { return half_bits(ld_u16(b)) * 0.5f; }
     __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
@@ -1965,6 +1968,141 @@ struct IqInt<IQ3_S> {
     __device__ static void fill_int_tables() {
         copy_table<Async>(s_iq3s_bf16, tb::iq3s_grid_bf16);
     }
+};
+
+// ---- the grids in copies, one per lane of a shared-memory phase (IqCopies) ------------------
+//
+// In the sums above a lane's grid lookup is a random row of the table, and every warp's lookup is
+// served by shared memory a phase at a time: 8 lanes for 16-byte loads (IQ2_XXS: lanes 8 q ..
+// 8 q + 7, rows 2 q and 2 q + 1 of the tile), 16 for 8-byte ones (IQ2_XS's half rows, IQ3). Lanes of
+// a phase that read different rows in the same banks are served one after the other: for IQ2_XXS
+// 10.2 wavefronts per 16-byte lookup on average where 4 is the least (random rows, simulated), and
+// the lookups are the larger part of the kernel's shared-memory traffic, which with one
+// wavefront per cycle per SM bounds it before the issue rate does (IQS: every IQ type took about
+// the same time per step whatever its bytes). So the table is held in R copies interleaved row by
+// row (row e of copy c at (e R + c) * E bytes, E the row's bytes) and each lane reads the copy of
+// its place in the phase: lane & 7 (R = 8: every lane of a phase in banks of its own, 4
+// wavefronts per 16-byte lookup; for 8-byte rows the two lanes of a copy in a phase collide only
+// when their rows have the same parity), or for IQ2_XS (R = 4, 16-byte rows read as halves)
+// (lane >> 1) & 3, the two lanes reading one row's halves sharing a copy. The copies take 16-32 KB
+// per block: the launch runs them in blocks of 4 warps (kBlockWarps) and only where a phase's rows
+// have at least 8 chunks (grid_copies), copied by cp.async through the L1 (the block reads its 2-8
+// KB source R times), waited for once the ring's first stages are in flight (kSetupLate).
+// H200 (docs/BENCHMARKS.md, "IQ3"), T=1, x the streaming ceiling, one grid -> copies, same run:
+// deepseek-v3 IQ2_XXS 0.18 -> 0.23, IQ2_XS 0.19 -> 0.21, IQ3_S 0.28 -> 0.31 (IQ3_XXS on sums 0.28
+// against 0.24 register-fed); qwen3-30b-a3b (gate_up only) 0.18 -> 0.19, 0.18 -> 0.19, 0.22 -> 0.22.
+// ncu, IQ2_XXS gate_up at deepseek-v3: shared-memory bank conflicts 5.7 M -> 9 K, shared load
+// wavefronts 13.2 M -> 6.6 M, 81.3 -> 65.7 us.
+// ksigns is not read from a table either: ksigns[i] = i | parity(i) << 7, whose bit 7 is the sign
+// of value 7 (bit 31 of the last pair): popc(i) << 31 added into that pair's product term
+// (sign_values7p: a popc and a shift for a load and its address).
+__shared__ __align__(16) uint4 s_iq2xxs_bf16_x8[256 * 8];
+__shared__ __align__(16) uint4 s_iq2xs_bf16_x4[512 * 4];
+__shared__ __align__(16) uint2 s_iq3xxs_bf16_x8[256 * 8];
+__shared__ __align__(16) uint2 s_iq3s_bf16_x8[512 * 8];
+
+// sign_values8(ksigns[i], w) for i < 128, without the table
+__device__ __forceinline__ void sign_values7p(uint32_t i, uint32_t* w) {
+    const uint32_t parity = __popc(i) << 31;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)  // (i's bit 7 is 0: the products' bit 31 is free for the parity)
+        w[k] ^= (i * ((1u << (15 - 2 * k)) | (1u << (30 - 2 * k))) + (k == 3 ? parity : 0u)) & 0x80008000u;
+}
+
+// E bytes (8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
+template <int E>
+__device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
+    static_assert(E == 8 || E == 16, "8 or 16 bytes");
+    if constexpr (E == 16)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
+// row by row, by the block's threads
+template <int R, class W, int N>
+__device__ __forceinline__ void copy_table_copies(W (&dst)[N], const void* src) {
+    static_assert(N % R == 0 && (R & (R - 1)) == 0, "R copies");
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    const W* s = reinterpret_cast<const W*>(src);
+    for (int i = threadIdx.x; i < N; i += blockDim.x) cp_async_ca<sizeof(W)>(d + uint32_t(sizeof(W)) * i, s + i / R);
+}
+
+// T's sums with its grid in copies (kHas): IqInt<T>'s values, read from the copies
+template <class T>
+struct IqCopies {
+    static constexpr bool kHas = false;
+};
+
+template <>
+struct IqCopies<IQ2_XXS> {
+    static constexpr bool kHas = true;
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint8_t* q = b + 2 + 8 * j;
+        const uint32_t a = ld_u32_a2(q + 4);
+        const uint4 g = (s_iq2xxs_bf16_x8 + (threadIdx.x & 7))[q[tig] * 8];  // the lane's copy
+        w[0] = g.x, w[1] = g.y, w[2] = g.z, w[3] = g.w;
+        sign_values7p((a >> (7 * tig)) & 127, w);
+        s[0] = half_step(a >> 28);
+    }
+    template <bool>
+    __device__ static void fill() { copy_table_copies<8>(s_iq2xxs_bf16_x8, tb::iq2xxs_grid_bf16); }
+};
+
+template <>
+struct IqCopies<IQ2_XS> {
+    static constexpr bool kHas = true;
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint8_t* q = b + 2 + 8 * j + 2 * (tig >> 1);
+        const uint32_t sc = b[66 + j], half = tig & 1;
+        const uint2* copy = reinterpret_cast<const uint2*>(s_iq2xs_bf16_x4 + ((threadIdx.x >> 1) & 3)) + half;
+        const uint32_t m0 = half ? (1u << 11 | 1u << 26) : (1u << 15 | 1u << 30);
+        const uint32_t m1 = half ? (1u << 9 | 1u << 24) : (1u << 13 | 1u << 28);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint32_t v = ld_u16(q + 4 * e);
+            const uint2 g = copy[(v & 511) * 8];
+            const uint32_t sg = v >> 9;  // ksigns' bit 7 (the parity): bit 31 of half 1's last pair
+            w[2 * e] = g.x ^ ((sg * m0) & 0x80008000u);
+            w[2 * e + 1] = g.y ^ ((sg * m1 + (half ? __popc(sg) << 31 : 0u)) & 0x80008000u);
+            s[e] = half_step((sc >> (4 * e)) & 15);
+        }
+    }
+    template <bool>
+    __device__ static void fill() { copy_table_copies<4>(s_iq2xs_bf16_x4, tb::iq2xs_grid_bf16); }
+};
+
+template <>
+struct IqCopies<IQ3_XXS> {
+    static constexpr bool kHas = true;
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint32_t i = ld_u16(b + 2 + 8 * j + 2 * tig), a = ld_u32_a2(b + 66 + 4 * j);
+        const uint2* copy = s_iq3xxs_bf16_x8 + (threadIdx.x & 7);
+        const uint2 g0 = copy[(i & 255) * 8], g1 = copy[(i >> 8) * 8];
+        w[0] = g0.x, w[1] = g0.y, w[2] = g1.x, w[3] = g1.y;
+        sign_values7p((a >> (7 * tig)) & 127, w);
+        s[0] = half_step(a >> 28);
+    }
+    template <bool>
+    __device__ static void fill() { copy_table_copies<8>(s_iq3xxs_bf16_x8, tb::iq3xxs_grid_bf16); }
+};
+
+template <>
+struct IqCopies<IQ3_S> {
+    static constexpr bool kHas = true;
+    __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
+        const uint32_t i = ld_u16(b + 2 + 8 * j + 2 * tig), qh = uint32_t(b[66 + j]) >> (2 * tig);
+        const uint2* copy = s_iq3s_bf16_x8 + (threadIdx.x & 7);
+        const uint2 g0 = copy[((i & 255) | (qh & 1) << 8) * 8];
+        const uint2 g1 = copy[((i >> 8) | (qh & 2) << 7) * 8];
+        w[0] = g0.x, w[1] = g0.y, w[2] = g1.x, w[3] = g1.y;
+        sign_values8(b[74 + 4 * j + tig], w);
+        const uint32_t sc = (uint32_t(b[106 + (j >> 1)]) >> (4 * (j & 1))) & 15;
+        s[0] = __uint_as_float(0x4B000000u | (2 * sc + 1)) - kTwo23;  // 1 + 2 sc exactly
+    }
+    template <bool>
+    __device__ static void fill() { copy_table_copies<8>(s_iq3s_bf16_x8, tb::iq3s_grid_bf16); }
 };
 
 FTW_HAS_MEMBER(HasPermute, permute);
@@ -2168,24 +2306,56 @@ bool sub_block_scales() {
 // staged_int_sum_chunk; its ring 2 stages, launch_decode): IQ2_XXS, IQ2_XS and IQ3_S's default
 // decode (IqInt<T>::kDefault); FTW_GGUF_CUDA_INTSUMS=0 runs the decode they had before
 // (decode_tables), =1 IQ3_XXS's too (register-fed by default).
-template <class T, class Dec>
+// Copies: the grid in copies (IqCopies<T>; blocks of 4 warps, the copies waited for after the first
+// ring stages are in flight), where grid_copies says.
+template <class T, class Dec, bool Copies = false>
 struct IntSumRows : Dec {
     using I = IqInt<T>;
     static_assert(I::kHas && Dec::kChunkBytes == T::size.block_bytes, "a chunk is one IQ super-block");
+    static_assert(!Copies || IqCopies<T>::kHas, "a type with copies");
     static constexpr bool kIntSums = true;
     static constexpr int kScaleGroup = I::kScaleGroup;
     static constexpr bool kSetupAsync = true;  // the grids by cp.async, waited for after the routing
-    __device__ static void block_setup() { I::template fill_int_tables<true>(); }
+    static constexpr bool kSetupLate = Copies;
+    static constexpr int kBlockWarps = Copies ? 4 : 0;
+    __device__ static void block_setup() {
+        if constexpr (Copies)
+            IqCopies<T>::template fill<true>();
+        else
+            I::template fill_int_tables<true>();
+    }
     __device__ static float head(const uint8_t* b) { return I::head(b); }
     __device__ static void int_values(const uint8_t* b, int j, int tig, uint32_t (&w)[4], float (&s)[2]) {
-        I::int_values(b, j, tig, w, s);
+        if constexpr (Copies)
+            IqCopies<T>::int_values(b, j, tig, w, s);
+        else
+            I::int_values(b, j, tig, w, s);
     }
 };
-// whether rows of IQ type T decode on float32 sums: IqInt<T>::kDefault, or for every IQ type with
-// FTW_GGUF_CUDA_INTSUMS=1, for none with =0 (benchmarks, tests; read at every launch)
+// whether phase `phase` of rows of IQ type T on sums reads its grid in copies (IqCopies<T>): where
+// its rows have at least 8 chunks (so its blocks of 4 warps get 2 chunks each: at the qwen3-30b-a3b
+// size down's rows have 3), or everywhere with FTW_GGUF_CUDA_GRID_COPIES=1, nowhere with =0
+// (benchmarks, tests; read at every launch)
 template <class T>
-bool int_sums() {
-    return env_is("FTW_GGUF_CUDA_INTSUMS", "1") || (!env_is("FTW_GGUF_CUDA_INTSUMS", "0") && IqInt<T>::kDefault);
+bool grid_copies(const KernelParams& p, int phase) {
+    if constexpr (!IqCopies<T>::kHas) {
+        return false;
+    } else {
+        if (env_is("FTW_GGUF_CUDA_GRID_COPIES", "0")) return false;
+        return env_is("FTW_GGUF_CUDA_GRID_COPIES", "1") || (phase == 0 ? p.H : p.I) / 256 >= 8;
+    }
+}
+
+FTW_OPTIONAL_MEMBER(DefaultWithCopies, kDefaultWithCopies, bool, false);
+
+// whether rows of IQ type T decode on float32 sums: IqInt<T>::kDefault, or kDefaultWithCopies
+// where both phases of the layer read their grid in copies (grid_copies), or for every IQ type
+// with FTW_GGUF_CUDA_INTSUMS=1, for none with =0 (benchmarks, tests; read at every launch)
+template <class T>
+bool int_sums(const KernelParams& p) {
+    if (env_is("FTW_GGUF_CUDA_INTSUMS", "1")) return true;
+    if (env_is("FTW_GGUF_CUDA_INTSUMS", "0")) return false;
+    return IqInt<T>::kDefault || (DefaultWithCopies<IqInt<T>>::value && grid_copies<T>(p, 0) && grid_copies<T>(p, 1));
 }
 
 // Fast<T>::kStagedManyItems (Q4_0, MXFP4): rows of type T decode staged (rings of 2 stages,

@@ -47,11 +47,17 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
         // the IQ types on float32 sub-block sums (IntSumRows) where int_sums<U> says so (staged; also
-        // IQ3_XXS, otherwise register-fed, with FTW_GGUF_CUDA_INTSUMS=1)
+        // IQ3_XXS, otherwise register-fed, where both phases take the grid in copies or with
+        // FTW_GGUF_CUDA_INTSUMS=1)
         constexpr bool int_sums_of_u = std::is_same_v<U, T> && IqInt<U>::kHas;
         if constexpr (int_sums_of_u) {
-            if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int_sums<U>())
+            if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int_sums<U>(p)) {
+                if constexpr (IqCopies<U>::kHas) {  // the grid in copies where grid_copies says
+                    if (grid_copies<U>(p, phase))
+                        return launch_with<IntSumRows<U, TypedDecoder<U, pf, true>, true>>(phase, p, stream);
+                }
                 return launch_with<IntSumRows<U, TypedDecoder<U, pf, true>>>(phase, p, stream);
+            }
         }
         const bool staged = StagedPreferred<Fast<U>>::value ||
                             (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase));
