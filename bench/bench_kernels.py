@@ -136,6 +136,11 @@ VARIANTS["early-off"] = {"FTW_CUDA_EARLY_WEIGHTS": "0"}
 # mxfp4 / ds_fp4's E8M0 scale pair in the staged kernel by one clamp and one multiply (kOptScale2,
 # the default); scale2-off: by e8m0_bf16 and a shift, as before
 VARIANTS["scale2-off"] = {"FTW_CUDA_STAGED_SCALE2": "0"}
+# nvfp4 / mxfp4 / ds_fp4 at T = 1: the units' sums in the mma's columns, scales on the float32 sums
+# (kOptUnitCols; the default where the decoder chooses it); unitcols-off: the decode with its HMUL2
+# per 2 values, as before; unitcols-on: unit columns for every decoder that has them
+VARIANTS["unitcols-off"] = {"FTW_CUDA_STAGED_UNITCOLS": "0"}
+VARIANTS["unitcols-on"] = {"FTW_CUDA_STAGED_UNITCOLS": "1"}
 # phase 0 as a programmatic dependent of the previous step's phase 1 (FTW_CUDA_PDL0, experts_kernels.cuh:
 # phase0_wait): "pdl0" on, "pdl0-off" off, "pdl0-early" on with early weights everywhere; where a
 # step's time goes: "only0" / "only1" launch only gate_up / only down (phase 1 launched after the

@@ -15,6 +15,11 @@ float32 sums, the activation rounded to bf16 once).
   in either phase or both at T = 1, 3, 8, with down's parts of 2 chunks (FTW_CUDA_STAGED_PART_MIN);
 - mxfp4 / ds_fp4's E8M0 scale pair by add-and-clamp and multiply (FTW_CUDA_STAGED_SCALE2=0: as
   before) at 32- and 16-row stages, and every E8M0 byte of the exact range through both;
+- unit columns at T = 1 (kOptUnitCols, mxfp4 / ds_fp4's default there; FTW_CUDA_STAGED_UNITCOLS=1
+  forces them for nvfp4 too, =0 the decode as before): every launch path it takes (32- and 16-row stages, 128 registers, 4 warps
+  splitting a row, down in parts), every E8M0 byte of the exact range, every e4m3 byte, tokens of
+  2^-24 .. 2^24, and e2m1 codes all 0.5 (a bf16 subnormal in the mma: a tensor core that flushed
+  it would give zeros);
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -192,3 +197,99 @@ FINE_CASES.update({f"{mode}_t1": (2048, 672, 16, 4, 1, {"FTW_CUDA_STAGED_ROWS32"
 @pytest.mark.parametrize("case", list(FINE_CASES))
 def test_staged_fine(name, case, monkeypatch):
     check_case(name, FINE_CASES, case, [17, STAGED.index(name), list(FINE_CASES).index(case)], monkeypatch)
+
+
+# Unit columns at T = 1 (kOptUnitCols: each unit's sums in a column of the mma, the scales applied
+# to them as floats; mxfp4 / ds_fp4's default at T = 1, forced for every fp4 decoder by
+# FTW_CUDA_STAGED_UNITCOLS=1) and the decode as before (=0): (H, I, E, K, T = 1, env). rows32:
+# 32-row stages (gate_up rows of 8 chunks, down rows of 5 units: a partial chunk); rows16: 16-row
+# stages; wide16: 16-row stages at 128 registers; ksplit4: 4 warps splitting gate_up's rows of 32
+# chunks (both tiles' sums reduced through shared memory after the quad's); parts2 /
+# parts2_rows16: down's items in 2 parts; default: the rules' own choice (down in 32-row stages,
+# gate_up in 16).
+UNITCOLS_CASES = {
+    "rows32": (2048, 160, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1"}),
+    "rows16": (2048, 160, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "0"}),
+    "wide16": (2048, 160, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "0", "FTW_CUDA_STAGED_WIDE": "1"}),
+    "ksplit4": (8192, 64, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_KSPLIT": "4"}),
+    "parts2": (256, 1024, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_PARTS": "2"}),
+    "parts2_rows16": (256, 1024, 8, 4, 1, {"FTW_CUDA_STAGED_ROWS32": "0", "FTW_CUDA_STAGED_PARTS": "2"}),
+    "default": (3200, 64, 8, 8, 1, {}),
+}
+FP4 = ["nvfp4", "mxfp4", "ds_fp4"]
+
+
+@pytest.mark.parametrize("name", FP4)
+@pytest.mark.parametrize("unitcols", ["0", "1"])
+@pytest.mark.parametrize("case", list(UNITCOLS_CASES))
+def test_staged_unit_cols(name, unitcols, case, monkeypatch):
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    seed = [19, FP4.index(name), len(unitcols), list(UNITCOLS_CASES).index(case)]
+    check_case(name, UNITCOLS_CASES, case, seed, monkeypatch)
+
+
+@pytest.mark.parametrize("unitcols", ["0", "1"])
+def test_unit_cols_e8m0_every_byte(unitcols, monkeypatch):
+    # test_e8m0_scales_every_byte at T = 1: every E8M0 byte 63..190 as a gate row's scale (its up
+    # row at 253 - s), through the scale applied to the float32 sums
+    H, I, E, K = 512, 256, 8, 4  # noqa: E741
+    rng = np.random.default_rng([21, len(unitcols)])
+    opts, banks = make_banks("ds_fp4", H, I, E, rng)
+    s = np.tile(np.arange(63, 191, dtype=np.uint8), E * I // 128 + 1)[: E * I]
+    s = rng.permutation(s).reshape(E, I, 1)
+    gate = np.broadcast_to(s, (E, I, H // 32))
+    banks["gate_up_scale"] = np.ascontiguousarray(np.concatenate([gate, 253 - gate], axis=1))
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    for T in (1, 2):  # T = 2: the decode, whatever unitcols says (a control in the same data)
+        out, ref = forward_and_ref("ds_fp4", H, I, E, K, T, [22, T], banks=banks, opts=opts)
+        assert bool(torch.isfinite(out).all())
+        assert rel_err(out, ref) < tol("ds_fp4"), T
+
+
+@pytest.mark.parametrize("unitcols", ["0", "1"])
+def test_unit_cols_nvfp4_every_e4m3_byte(unitcols, monkeypatch):
+    # test_nvfp4_block_scales ("every_byte", signed) at T = 1, both group scales of a unit
+    H, I, E, K = 256, 256, 8, 4  # noqa: E741
+    rng = np.random.default_rng([23, len(unitcols)])
+    opts, banks = make_banks("nvfp4", H, I, E, rng)
+    for bank in ("gate_up", "down"):
+        banks[bank + "_scale"] = rng.choice(E4M3_FINITE, banks[bank + "_scale"].shape).astype(np.uint8)
+        banks[bank + "_global"] = banks[bank + "_global"] / 64
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    out, ref = forward_and_ref("nvfp4", H, I, E, K, 1, [24], banks=banks, opts=opts)
+    assert rel_err(out, ref) < tol("nvfp4")
+
+
+@pytest.mark.parametrize("name", FP4)
+@pytest.mark.parametrize("scale", [24, -24, 0])
+def test_unit_cols_tokens_far_apart(name, scale, monkeypatch):
+    # x times 2^kUnitColsX (57) in bf16 and act stored so: a single token of 2^24 (act ~2^50) or
+    # 2^-24 stays within tolerance of its own reference
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", "1")
+    H, I, E, K = 512, 160, 16, 8  # noqa: E741
+    rng = np.random.default_rng([25, FP4.index(name), scale + 24])
+    opts, banks = make_banks(name, H, I, E, rng)
+    x32 = (rng.standard_normal((1, H)) * 2.0**scale).astype(np.float32)
+    xt = torch.from_numpy(x32).to(torch.bfloat16)
+    ids, wts = routing(1, K, E, rng)
+    act = ACTS["swiglu_oai"] if name == "mxfp4" else ACTS["silu"]
+    out = run(name, opts, banks, xt.cuda(), ids, wts, act)
+    ref = Reference(name, opts, banks, H, I).forward(xt.float().double().numpy(), ids, wts, act)
+    assert rel_err(out, ref) < tol(name)
+
+
+@pytest.mark.parametrize("name", FP4)
+@pytest.mark.parametrize("unitcols", ["0", "1"])
+def test_unit_cols_half_codes(name, unitcols, monkeypatch):
+    # every weight's e2m1 code 0.5 or -0.5 (0x1, 0x9): unscaled, 0.5 * 2^-126 is a bf16 subnormal
+    # in the mma's A fragment; a tensor core that flushed it would give zeros
+    H, I, E, K = 512, 256, 8, 4  # noqa: E741
+    rng = np.random.default_rng([26, FP4.index(name), len(unitcols)])
+    opts, banks = make_banks(name, H, I, E, rng)
+    for bank in ("gate_up", "down"):
+        codes = rng.choice(np.array([0x1, 0x9], dtype=np.uint8), banks[bank].shape + (2,))
+        banks[bank] = (codes[..., 0] | (codes[..., 1] << 4)).astype(np.uint8)
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    out, ref = forward_and_ref(name, H, I, E, K, 1, [27], banks=banks, opts=opts)
+    assert float(np.abs(ref).max()) > 0
+    assert rel_err(out, ref) < tol(name)

@@ -37,6 +37,15 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     // so that one benchmark run times both
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false, false>(raw, w); }
     __device__ static void decode_v1(const Raw& raw, uint32_t (&w)[16]) { decode<true, false>(raw, w); }
+    // The staged kernel's unit columns at T = 1 (kOptUnitCols, experts_kernels.cuh): the unit
+    // unscaled, and the factor of its float32 sum: 2^(s - 127) * 2^(64 - kUnitColsX), by one
+    // add-and-clamp and a shift; bytes 0..247 exact (the decode's range is 63..190), 248..255 (NaN)
+    // give inf.
+    static constexpr int kUnitGroups = 1;
+    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw(u, r); }
+    __device__ static void group_scales(const Side& s, float (&f)[1]) {
+        f[0] = __uint_as_float(__viaddmin_u32(s.s, uint32_t(64 - kUnitColsX), 255u) << 23);
+    }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }

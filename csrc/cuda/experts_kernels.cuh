@@ -199,14 +199,15 @@ __device__ __forceinline__ float activate(const KernelParams& p, float g, float 
 // into the token's output (experts of one token add concurrently: atomic).
 template <class Dec>
 __device__ __forceinline__ void store_activation(const KernelParams& p, int pair, int slot, int j, float gate_acc,
-                                                 float up_acc, int at = -1) {  // at: act column (j if < 0)
+                                                 float up_acc, int at = -1,
+                                                 float scale = 1.f) {  // at: act column (j if < 0); scale: a power of 2 on act
     float gate = gate_acc * Dec::post(p, 0, slot, j);
     float up = up_acc * Dec::post(p, 0, slot, p.I + j);
     if (p.gu_bias_bank >= 0) {
         gate += bias_at(p, p.gu_bias_bank, slot, j);
         up += bias_at(p, p.gu_bias_bank, slot, p.I + j);
     }
-    p.act[int64_t(pair) * p.I + (at < 0 ? j : at)] = __float2bfloat16_rn(activate(p, gate, up));
+    p.act[int64_t(pair) * p.I + (at < 0 ? j : at)] = __float2bfloat16_rn(activate(p, gate, up) * scale);
 }
 
 template <class Dec>
@@ -923,6 +924,32 @@ constexpr int kOptScale2 = 256;
 //                warps of 4 (else 2 of 8), down 2 warps of 3 (else 1 of 6). Where
 //                staged_fine says (mxfp8 at the qwen3-30b-a3b size)
 constexpr int kOptFine = 512;
+//   kOptUnitCols T = 1, decoders with the unit-columns interface (nvfp4, mxfp4, ds_fp4: kUnitGroups,
+//                decode_raw, group_scales): the mma's 8 columns, idle but one at T = 1, hold the
+//                sums of the units instead. In step s of a unit's 8 mma, the quad's lane tig gives
+//                the A values of its own unit (tig + 4 j), unscaled (e2m1 * 2^-126: LOP3, IMAD,
+//                LOP3 per bf16x2, no HMUL2), and the B lane (g, tig) gives x * 2^kUnitColsX only where
+//                g = 2 tig (zeros elsewhere: lanes that never load x keep them), so column 2 tig
+//                sums unit tig + 4 j alone, one mma chain per scale group (kUnitGroups: nvfp4's two
+//                16-value halves): lane (g, tig) holds its own unit's group sums of rows g and
+//                g + 8, and applies the scale group_scales gives
+//                (a float: the scale times 2^(64 - kUnitColsX), so the sums come out as the decode's
+//                w * x with w * 2^-62) by one FFMA per group and row and chunk where the decode
+//                applied it by one HMUL2 per 2 values; the quad's 4 lanes are summed once per item
+//                (shuffles). x times 2^kUnitColsX keeps the products of the unscaled weights
+//                (>= 2^-127; the e2m1 0.5 is a bf16 subnormal, which the tensor cores take as it is:
+//                tests/test_cuda_staged.py) away from float32's subnormals; phase 0 then stores act times
+//                2^kUnitColsX (exact), so phase 1 loads it as it is (both phases of a step run it:
+//                its choice, staged_unit_cols, does not depend on the phase). Exact in the same way
+//                as the decode (bf16 products, float32 sums), for |x|, |act| < 2^71. SASS per stage
+//                (E8M0, between the cp.async waits): 32-row phase 0 959 -> 866 instructions, phase 1
+//                1007 -> 871; 16-row 566 -> 526, 587 -> 522. H200, T = 1 (docs/BENCHMARKS.md "FP4I"):
+//                deepseek-v3 mxfp4 / ds_fp4 81.2 / 80.4 -> 75.9 / 75.1 us (0.55x -> 0.59x the
+//                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
+//                kUnitColsDefault is false).
+constexpr int kOptUnitCols = 1024;
+constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
+constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Byte-stream rows only (gguf; FTW_CUDA_STAGED_BYTES=0 runs neither, byte_stream_opt):
 //   kOptCopy32   each row's chunk copied as a 32-bit count of covering pieces (v < count per
@@ -938,6 +965,8 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
 FTW_HAS_MEMBER(HasActPos, act_pos);
+FTW_HAS_MEMBER(HasUnitCols, kUnitGroups);
+FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1229,7 +1258,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool LEAN = (OPT & kOptLean) != 0 && !BS;
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
+    constexpr bool UC = (OPT & kOptUnitCols) != 0;
+    constexpr int UG = UnitGroups<Dec>::value;  // kOptUnitCols: scale groups per unit (columns per lane)
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
+    static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
+                  "unit columns: the lean producer, act in pair order, a decoder with the interface");
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
@@ -1475,7 +1508,14 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const int slot = rt.slot[dx];
         const int count = slot >= 0 ? rt.count[dx] : 0;
         const __nv_bfloat16* xrow = nullptr;
-        if (g < count) {
+        if constexpr (UC) {
+            // T = 1: every pair of the item is token 0's; the lanes g = 2 tig supply column g, the
+            // others keep x zero
+            if (count > 0 && g == 2 * tig) {
+                const int pair = rt.pairs[dx][0];
+                xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+            }
+        } else if (g < count) {
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
@@ -1536,6 +1576,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 for (int k = 0; k < NR; ++k) xa[k] = xr[k];
                             } else {
                                 Dec::permute(xr, xa);
+                                if constexpr (UC)  // x * 2^kUnitColsX (phase 1's act is stored so)
+#pragma unroll
+                                    for (int k = 0; k < NR; ++k) xa[k] = hmul2(xa[k], kUnitColsXBf16x2);
                             }
                             if constexpr (BS) {
                                 // Rows g and g + 8 decoded one after the other into the two halves of
@@ -1569,6 +1612,29 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
                                     }
                                     uint32_t wa[NR], wb[NR];
+                                    if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
+                                        Dec::decode_raw(ua, wa);
+                                        Dec::decode_raw(ub, wb);
+                                        float fa[UG], fb[UG];
+                                        Dec::group_scales(side[d][j][2 * tt], fa);
+                                        Dec::group_scales(side[d][j][2 * tt + 1], fb);
+                                        constexpr int SG = V / 4 / UG;  // mma steps per group
+#pragma unroll
+                                        for (int q = 0; q < UG; ++q) {
+                                            float sum[4];
+                                            mma_bf16_zero(sum, wa[2 * SG * q], wb[2 * SG * q], wa[2 * SG * q + 1],
+                                                          wb[2 * SG * q + 1], xa[2 * SG * q], xa[2 * SG * q + 1]);
+#pragma unroll
+                                            for (int s = SG * q + 1; s < SG * (q + 1); ++s)
+                                                mma_bf16_acc(sum, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1],
+                                                             xa[2 * s], xa[2 * s + 1]);
+                                            // column 2 tig: rows g (sum[0]) and g + 8 (sum[2]); the
+                                            // groups into accumulators of their own (summed per item)
+                                            acc[tt][q] = fmaf(sum[0], fa[q], acc[tt][q]);
+                                            acc[tt][2 + q] = fmaf(sum[2], fb[q], acc[tt][2 + q]);
+                                        }
+                                        continue;
+                                    }
                                     staged_decode_unit<Dec, OPT>(Dec::raw(ua, side[d][j][2 * tt]), wa);
                                     staged_decode_unit<Dec, OPT>(Dec::raw(ub, side[d][j][2 * tt + 1]), wb);
                                     float part[4] = {0.f, 0.f, 0.f, 0.f};
@@ -1611,6 +1677,20 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             }
         }
 
+        // UC: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
+        if constexpr (UC) {
+#pragma unroll
+            for (int tt = 0; tt < TR; ++tt) {
+                float v0 = acc[tt][0] + acc[tt][1], v1 = acc[tt][2] + acc[tt][3];
+#pragma unroll
+                for (int m = 1; m < 4; m <<= 1) {
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, m);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, m);
+                }
+                acc[tt][0] = acc[tt][1] = v0;
+                acc[tt][2] = acc[tt][3] = v1;
+            }
+        }
         // The item's K-split reduction into warp 0, then its epilogue (the others run on).
         if (KS > 1) {
             __syncthreads();  // warp 0 is done with the previous item's partials
@@ -1640,7 +1720,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const int j = b * 8 + g;
                         if (j < p.I) {
                             if constexpr (AP)
-                                store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e], Dec::act_pos(j));
+                                store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e], Dec::act_pos(j),
+                                                      UC ? __uint_as_float(uint32_t(127 + kUnitColsX) << 23) : 1.f);
                             else
                                 store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e]);
                         }
@@ -2106,6 +2187,25 @@ void launch_staged_scale2(const KernelParams& p, cudaStream_t stream) {
 constexpr int kByteStreamOpt = kStagedOptAll | kOptCopy32 | kOptFull;
 inline int byte_stream_opt() { return env_is("FTW_CUDA_STAGED_BYTES", "0") ? kStagedOptAll : kByteStreamOpt; }
 
+// kOptUnitCols at T = 1 where the decoder has it and chooses it (kUnitColsDefault), in the default
+// variants (not with FTW_CUDA_STAGED_OPT, early weights or FTW_CUDA_STAGED_FINE forced, whose
+// kernels keep the decode); FTW_CUDA_STAGED_UNITCOLS=0 never, =1 wherever the decoder has it
+// (benchmarks, tests). Both phases of a step must decide alike (phase 0 stores act times
+// 2^kUnitColsX for it), so nothing here depends on the phase.
+FTW_OPTIONAL_MEMBER(UnitColsDefault, kUnitColsDefault, bool, true);
+template <class Dec>
+bool staged_unit_cols(const KernelParams& p) {
+    if constexpr (!HasUnitCols<Dec>::value) {
+        return false;
+    } else {
+        const char* fine = env_or("FTW_CUDA_STAGED_FINE", "");
+        const bool on = env_is("FTW_CUDA_STAGED_UNITCOLS", "1") ||
+                        (UnitColsDefault<Dec>::value && !env_is("FTW_CUDA_STAGED_UNITCOLS", "0"));
+        return on && p.T == 1 && staged_unit_opt() == kStagedUnitOpt && !early_weights(false) &&
+               (*fine == 0 || std::strcmp(fine, "off") == 0);
+    }
+}
+
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (ByteStream<Dec>::value) {
@@ -2121,8 +2221,19 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             const int nchunks = ((PH == 0 ? p.H : p.I) / Dec::VEC + 7) / 8;
             if (opt == kStagedUnitOpt && staged_wide(nchunks)) opt |= kOptWide;
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
-            if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks))
+            if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks)) {
+                if constexpr (HasUnitCols<Dec>::value)
+                    if (staged_unit_cols<Dec>(p))
+                        return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols>(
+                            p, stream);
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
+            }
+            if constexpr (HasUnitCols<Dec>::value) {  // (the rules below keep kOptFine and early weights from it)
+                if ((opt == kStagedUnitOpt || opt == (kStagedUnitOpt | kOptWide)) && staged_unit_cols<Dec>(p)) {
+                    if (opt & kOptWide) return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptWide | kOptUnitCols>(p, stream);
+                    return launch_staged_opt<Dec, PH, S, kStagedUnitOpt | kOptUnitCols>(p, stream);
+                }
+            }
             // a ring of 2 stages of 2 KB, at 80 registers
             if (opt == kStagedUnitOpt && !early_weights(false) && staged_fine<Dec>(p, PH))
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptFine>(p, stream);

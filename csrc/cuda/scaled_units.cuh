@@ -23,6 +23,19 @@ __device__ __forceinline__ void e2m1x8_raw_mul(uint32_t q, uint32_t (&out)[4]) {
     out[3] = ((h & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
 }
 
+// A 16-byte unit of e2m1 pairs unscaled (value * 2^-126, in e2m1x8_raw_mul's pair order): the
+// staged kernel's unit columns (kOptUnitCols) apply the scales to the float32 sums instead.
+__device__ __forceinline__ void e2m1_unit_raw(const uint4& u, uint32_t (&r)[16]) {
+    const uint32_t q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint32_t v[4];
+        e2m1x8_raw_mul(q[i], v);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) r[4 * i + k] = v[k];
+    }
+}
+
 template <int BITS, class SCALE_T, int UNITS>
 struct ScaledUnits {
     struct Row {

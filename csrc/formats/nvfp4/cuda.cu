@@ -41,6 +41,28 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
         }
     }
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
+    // The staged kernel's unit columns at T = 1 (kOptUnitCols, experts_kernels.cuh): the unit
+    // unscaled, and the factors of its two 16-value groups' float32 sums: scale_k * 2^(64 -
+    // kUnitColsX), e4m3 byte k placed into a float (scale * 2^-120, exact for subnormals too,
+    // 0x7F / 0xFF as 480 like e4m3_to_float) times 2^(120 + 64 - kUnitColsX) (exact). (The two
+    // placed into a bf16x2 by one HMUL2, as decode does, took more registers: 20-36 bytes of
+    // spills in the 32-row kernels.)
+    // Not by default (kUnitColsDefault): measured slower (H200, T = 1, same run: deepseek-v3
+    // 85.0 -> 87.4 us, qwen3-30b-a3b 20.0 -> 20.3; docs/BENCHMARKS.md "FP4I"): the two groups'
+    // scales cost 10 instructions per unit and row where the decode's took 8, and the 32-row
+    // kernels spill 20-36 bytes. FTW_CUDA_STAGED_UNITCOLS=1 runs it.
+    static constexpr int kUnitGroups = 2;
+    static constexpr bool kUnitColsDefault = false;
+    static_assert(120 + 64 - kUnitColsX <= 127, "the factor's power of 2 must be a float");
+    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw(u, r); }
+    __device__ static void group_scales(const Side& s, float (&f)[2]) {
+        const float two = __uint_as_float(uint32_t(127 + 120 + 64 - kUnitColsX) << 23);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const uint32_t b = s.s << (24 - 8 * k);  // byte k on top
+            f[k] = __uint_as_float((b & 0x80000000u) | ((b >> 4) & 0x07F00000u)) * two;
+        }
+    }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams& p, int proj, int slot, int r) {
