@@ -317,6 +317,31 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
     check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
 
 
+# Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
+# default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
+PARTS = ["", "1"]
+
+
+@pytest.mark.parametrize("parts", PARTS)
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q8_0"])
+@pytest.mark.parametrize("T", [1, 8])
+def test_down_in_parts_on_sums(name, T, parts, monkeypatch):
+    """Down rows of 3 chunks (I = 768) in 2 parts of 2 and 1 chunks, each part adding its share
+    into out, the first also the bias's place: the same values as one part, T = 1 (the one-column
+    body forced) and T = 8 with every token on the same experts."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", parts)
+    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1" if T == 1 else "")
+    rng = np.random.default_rng([17, T, TYPES.index(name), PARTS.index(parts)])
+    H, I, E, K = 512, 768, 8, 4  # noqa: E741
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ids, wts = np.repeat(ids, T, axis=0), np.repeat(wts, T, axis=0)  # every token the same experts
+    err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, H, I, x64, ids, wts))
+    print(f"gguf cuda accuracy {name} down in parts {parts or 'default'} T={T}: {err:.2e}")
+    assert err < REL_TOL
+
+
 # The IQ types in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS=1: for every IQ
 # type, IQ3_XXS's too, whose default stays register-fed; "0" the decode they had before), with rings
 # of 2 (the default ""), 3 and 4 stages

@@ -1007,6 +1007,11 @@ FTW_OPTIONAL_MEMBER(UnitScales, kUnitScales, bool, false);
 FTW_OPTIONAL_MEMBER(ScaledInts, kScaledInts, bool, false);
 FTW_OPTIONAL_MEMBER(SplitValues, kSplitValues, bool, false);
 FTW_OPTIONAL_MEMBER(SumOffset, kSumOffset, int, 0);
+// the decoders on 32-value sub-block sums with mins (gguf Q4_K, Q5_K, Q8_0): kOptOneColumn, and
+// down's parts in phases of few items (launch_staged_opt)
+template <class Dec>
+constexpr bool kSums32 = SubBlocks<Dec>::value && SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value &&
+                         !ScaledInts<Dec>::value;
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -2101,7 +2106,16 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     int nparts = 1;
     constexpr bool fine = (OPT & kOptFine) != 0;
     StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine);
-    const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    // gguf Q4_K, Q5_K, Q8_0 on sums (kSums32): down in 2 parts where it has fewer than 12 16-row
+    // items per SM when every token picks the same experts (qwen3-30b-a3b: 1024 single-warp items
+    // of 3 chunks become 2048 of 2 and 1), by measurement (H200, x the ceiling, T=1 / T=8 same
+    // experts; docs/BENCHMARKS.md "KQ2"): qwen3-30b-a3b Q8_0 0.393 -> 0.417 / 0.344 -> 0.359, Q4_K
+    // 0.360 -> 0.376 / 0.297 -> 0.307, Q5_K 0.335 -> 0.356 / 0.282 -> 0.298; at deepseek-v3 (27 per
+    // SM; forced, with the one-column kernel) slower, 0.646 -> 0.630 for Q8_0 at T=1.
+    // FTW_CUDA_STAGED_PARTS=1 keeps one part.
+    if constexpr (ByteStream<Dec>::value && kSums32<Dec>)
+        if (PH == 1 && !forced && int64_t(fewest) < 12LL * device_sms()) forced = 2;
     const int part_min = staged_part_min(S);
     if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
@@ -2274,9 +2288,7 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {
-                    constexpr bool one = SubBlocks<Dec>::value && SubBlockValues<Dec>::value == 32 &&
-                                         SubBlockMins<Dec>::value && !ScaledInts<Dec>::value;
-                    if constexpr (one) {
+                    if constexpr (kSums32<Dec>) {
                         if (stages == 2 && staged_one_column(p, PH))
                             return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptOneColumn>(p, stream);
                     }
