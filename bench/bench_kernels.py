@@ -82,6 +82,12 @@ VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 VARIANTS["gguf-subblocks-32"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "32"}
 VARIANTS["gguf-chunk-d-0"] = {"FTW_GGUF_CUDA_CHUNK_D": "0"}  # Q3_K / Q6_K: d * sc per sub-block (before KS2)
+# gguf Q8_0 on float32 block sums (FTW_GGUF_CUDA_Q8_SUMS): "0" its bf16 decode as before
+VARIANTS["gguf-q8-sums-0"] = {"FTW_GGUF_CUDA_Q8_SUMS": "0"}
+# the kernel with a one-pair-column chunk body of Q4_K / Q5_K / Q8_0 on sums (kOptOneColumn; by
+# default in phases of at least 12 16-row items per SM): "0" never (the full body), "1" always
+VARIANTS["staged-one-0"] = {"FTW_CUDA_STAGED_ONE": "0"}
+VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

@@ -15,8 +15,8 @@ bits (Q5_K), so no rounding of the min's size is common to a sub-block; Q2_K's s
 up ggml's float32 values rounded once to bf16); the activation between
 gate_up and down is stored as bf16 too; products accumulate in float32 (decode of Q4_K and Q5_K
 rows rounds no weight: the staged kernel applies their sub-block scales and mins to float32
-sums, Q2_K, Q3_K and Q6_K's likewise per 16-value sub-block, and IQ2_XXS, IQ2_XS and IQ3_S's per
-scale group). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
+sums, Q2_K, Q3_K and Q6_K's likewise per 16-value sub-block, IQ2_XXS, IQ2_XS and IQ3_S's per
+scale group, and Q8_0's per block in rows of whole 256-value chunks). Independent roundings of gate, up, act and down give about 2.5e-3 expected (3.5-5e-3
 measured with the typed decoders); a wrong block layout gives errors of order 1. Run with -s to
 print the measured error of every case.
 """
@@ -276,6 +276,70 @@ def test_k_quants_on_float32_sub_block_sums(types, T, size, sub, stages, monkeyp
     monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, T, [11, sum(map(ord, "".join(types))), SUB_BLOCKS.index(sub), len(stages)], **size)
+
+
+# Q8_0 in the staged kernel on float32 block sums (FTW_GGUF_CUDA_Q8_SUMS: the default "" for rows of
+# whole 256-value chunks, "0" the bf16 decode as before), with rings of 2 (the default ""), 3 and 4
+# stages (FTW_CUDA_STAGED_STAGES)
+Q8_SUMS = ["", "0"]
+
+
+@pytest.mark.parametrize("sums, stages", [("", ""), ("", "3"), ("", "4"), ("0", "")])
+@pytest.mark.parametrize("T, size", [(1, {}), (3, {}), (8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                     (2, {"H": 768, "I": 256, "E": 8, "K": 8}), (2, {"H": 512, "I": 160})])
+def test_q8_0_on_float32_block_sums(T, size, sums, stages, monkeypatch):
+    """Each int8 quant as two exact bf16 integers (128 + low nibble, 2048 + 16 high nibble of
+    q + 128) summed by the mma, each 32-value block's d and the constant offset (2304) applied to
+    the float32 sums (the offset through the sum of x over the block), against gguf.quants' values:
+    rows of 1, 2, 3 and 8 chunks, one item per block and more items than blocks, T = 1..8 (pair
+    columns 0..7); down rows of 160 values (not whole chunks) keep the bf16 decode while gate_up's
+    take the sums, in one step."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_Q8_SUMS", sums)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(("Q8_0", "Q8_0", "Q8_0"), T, [15, T, Q8_SUMS.index(sums), len(stages), size.get("H", 0)], **size)
+
+
+# The kernel with a chunk body of one pair column (kOptOneColumn: an item of one pair updates only
+# pair column 0's sums) for the decoders on 32-value sub-block sums with mins (Q4_K, Q5_K, Q8_0):
+# FTW_CUDA_STAGED_ONE=1 forces it (by default only phases of many items per SM take it), "0" the
+# kernel of the full body alone
+ONE_COLUMN = ["1", "0"]
+
+
+@pytest.mark.parametrize("one", ONE_COLUMN)
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q8_0"])
+@pytest.mark.parametrize("T", [1, 8])
+def test_one_pair_column_body(name, T, one, monkeypatch):
+    """T = 1 (every item one pair: the one-column body) and T = 8 with independent routings of 2
+    of 16 experts (items of one pair and of several in one step: both bodies in one launch) decode
+    the same values."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", one)
+    check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
+
+
+# Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
+# default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
+PARTS = ["", "1"]
+
+
+@pytest.mark.parametrize("parts", PARTS)
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q8_0"])
+@pytest.mark.parametrize("T", [1, 8])
+def test_down_in_parts_on_sums(name, T, parts, monkeypatch):
+    """Down rows of 3 chunks (I = 768) in 2 parts of 2 and 1 chunks, each part adding its share
+    into out, the first also the bias's place: the same values as one part, T = 1 (the one-column
+    body forced) and T = 8 with every token on the same experts."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_PARTS", parts)
+    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1" if T == 1 else "")
+    rng = np.random.default_rng([17, T, TYPES.index(name), PARTS.index(parts)])
+    H, I, E, K = 512, 768, 8, 4  # noqa: E741
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ids, wts = np.repeat(ids, T, axis=0), np.repeat(wts, T, axis=0)  # every token the same experts
+    err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, H, I, x64, ids, wts))
+    print(f"gguf cuda accuracy {name} down in parts {parts or 'default'} T={T}: {err:.2e}")
+    assert err < REL_TOL
 
 
 # The IQ types in the staged kernel on float32 sub-block sums (FTW_GGUF_CUDA_INTSUMS=1: for every IQ

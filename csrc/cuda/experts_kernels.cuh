@@ -961,6 +961,11 @@ constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
 // Measured on the H200 and dropped (docs/BENCHMARKS.md, "GGUF staged copies and full chunks"):
 // two accumulators per lane, 3 blocks per SM (168 registers), a lane's units 2 tig and 2 tig + 1.
 constexpr int kOptCopy32 = 2, kOptFull = 4;
+//   kOptOneColumn  decoders on float32 sub-block sums of 32 values with mins (gguf Q4_K, Q5_K,
+//                  Q8_0): an item of one pair (T = 1) runs a chunk body that updates only the
+//                  accumulators of pair column 0 (staged_sub_block_chunk's ONE; 4 of 8 fma per
+//                  sub-block and row pair), the others the full one; where staged_one_column says
+constexpr int kOptOneColumn = 1024;
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
@@ -999,7 +1004,8 @@ FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
 // (with rings of 2 stages); 16-value sub-blocks ("16-value K-quant sub-blocks"): Q6_K 0.49 / 0.33
 // -> 0.58 / 0.36, Q3_K 0.23 / 0.20 -> 0.35 / 0.30, Q2_K 0.25 / 0.22 -> 0.25 / 0.24; d once per chunk
 // (kScaledInts, kUnitScales; "d once per chunk" there): Q2_K 0.25 / 0.24 -> 0.28 / 0.25, Q3_K
-// 0.36 / 0.31 -> 0.38 / 0.31, Q6_K 0.57 / 0.37 unchanged. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
+// 0.36 / 0.31 -> 0.38 / 0.31, Q6_K 0.57 / 0.37 unchanged; Q8_0 on block sums (kSplitValues,
+// kSumOffset; "KQ2" there) 0.635 / 0.371 -> 0.646 / 0.391. Measured and dropped (Q4_K, 4 stages, against 0.47 / 0.30 the same
 // way): the offsets summed by mma (a row of -128 into P, the integer mins into an accumulator
 // scaled by dmin once per chunk: 0.46 / 0.30), the kernel compiled for 5 blocks per SM (96
 // registers, 8-32 bytes of spills: 0.39 / 0.29).
@@ -1012,11 +1018,29 @@ FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
 //                                       min_pair(head, j) (sub-block j's min, both halves) into a
 //                                       second chain against x, times float head_dmin(head),
 //                                       taken off (gguf Q3_K, Q2_K: decode_scaled); no sub_scale
+//   kSplitValues (optional, false)      32-value sub-blocks of 8-bit quants: decode_pair fills
+//                                       w[2][8], each value as two exact bf16 integers (pairs
+//                                       w[e][0..3] and w[e][4..7], the same values in the same
+//                                       order) whose sum is the quant plus a constant (gguf Q8_0:
+//                                       128 + low nibble, 2048 + 16 high nibble); P sums both by
+//                                       two more mma per sub-block (an int8 does not fit one bf16
+//                                       magic), so the row may hold several blocks per chunk, each
+//                                       a sub-block with its own scale (sub_scale)
+//   kSumOffset (optional, 0)            with mins: n is -kSumOffset * s for every sub-block (one
+//                                       constant offset: gguf Q8_0's 2304), so the share is
+//                                       s * (P - kSumOffset * X): two fma, no n (sub_scale's unused)
 FTW_HAS_MEMBER(SubBlocks, kSubBlocks);
 FTW_OPTIONAL_MEMBER(SubBlockValues, kSubBlockValues, int, 32);
 FTW_OPTIONAL_MEMBER(SubBlockMins, kSubBlockMins, bool, true);
 FTW_OPTIONAL_MEMBER(UnitScales, kUnitScales, bool, false);
 FTW_OPTIONAL_MEMBER(ScaledInts, kScaledInts, bool, false);
+FTW_OPTIONAL_MEMBER(SplitValues, kSplitValues, bool, false);
+FTW_OPTIONAL_MEMBER(SumOffset, kSumOffset, int, 0);
+// the decoders on 32-value sub-block sums with mins (gguf Q4_K, Q5_K, Q8_0): kOptOneColumn, and
+// down's parts in phases of few items (launch_staged_opt)
+template <class Dec>
+constexpr bool kSums32 = SubBlocks<Dec>::value && SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value &&
+                         !ScaledInts<Dec>::value;
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -1037,7 +1061,9 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
 // pair's x from its first value on: 8 tig, or 4 tig for 16-value sub-blocks; any pair's where the
 // lane has none), into the lane's accumulators.
-template <class Dec>
+// ONE: an item of one pair (T = 1), whose only live sums are pair column 0's (lane tig 0's
+// accumulators 0 and 2): no lane updates accumulators 1 and 3 (kOptOneColumn).
+template <class Dec, bool ONE = false>
 __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
                                                        int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
@@ -1106,7 +1132,9 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 xv[e] = make_uint4(lo.x, lo.y, hi.x, hi.y);
             }
         }
-        uint32_t wa[2][4], wb[2][4];
+        constexpr int NW = SplitValues<Dec>::value ? 8 : 4;  // pairs per unit and row
+        static_assert(NW == 4 || SV == 32, "split values: 32-value sub-blocks");
+        uint32_t wa[2][NW], wb[2][NW];
         Dec::decode_pair(b0, c2, tig, wa);
         Dec::decode_pair(b1, c2, tig, wb);
 #pragma unroll
@@ -1124,6 +1152,11 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                         mma_bf16_acc(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
                 }
 #pragma unroll
+                for (int i = 0; i < KS && NW == 8; ++i) {  // split values: their second parts, same x
+                    const int k = 2 * (KS * t + i), h = (k + 4) % NW;  // (h: k + 4, in range where NW = 4)
+                    mma_bf16_acc(P, wa[e][h], wb[e][h], wa[e][h + 1], wb[e][h + 1], xe[k], xe[k + 1]);
+                }
+#pragma unroll
                 for (int i = 0; i < KS && MINS; ++i) {  // every row: the sum of x
                     const int k = 2 * (KS * t + i);
                     if (i == 0)
@@ -1136,16 +1169,15 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 Dec::sub_scale(h0, j, s0, n0);
                 Dec::sub_scale(h1, j, s1, n1);
                 // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
-                if constexpr (!MINS) {
-                    a[0] = fmaf(s0, P[0], a[0]);
-                    a[1] = fmaf(s0, P[1], a[1]);
-                    a[2] = fmaf(s1, P[2], a[2]);
-                    a[3] = fmaf(s1, P[3], a[3]);
-                } else {
-                    acc[0] = fmaf(s0, P[0], fmaf(n0, X[0], acc[0]));
-                    acc[1] = fmaf(s0, P[1], fmaf(n0, X[1], acc[1]));
-                    acc[2] = fmaf(s1, P[2], fmaf(n1, X[2], acc[2]));
-                    acc[3] = fmaf(s1, P[3], fmaf(n1, X[3], acc[3]));
+#pragma unroll
+                for (int i = 0; i < 4; i += ONE ? 2 : 1) {
+                    const float s = i < 2 ? s0 : s1, n = i < 2 ? n0 : n1;
+                    if constexpr (!MINS)
+                        a[i] = fmaf(s, P[i], a[i]);
+                    else if constexpr (SumOffset<Dec>::value != 0)
+                        acc[i] = fmaf(s, fmaf(-float(SumOffset<Dec>::value), X[i], P[i]), acc[i]);
+                    else
+                        acc[i] = fmaf(s, P[i], fmaf(n, X[i], acc[i]));
                 }
             }
         }
@@ -1654,9 +1686,17 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                     if constexpr (SubBlocks<Dec>::value) {  // (whole blocks: every chunk is full)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
-                        staged_sub_block_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
-                                                    sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
-                                                    xsub + int64_t(c) * 256 + SubBlockValues<Dec>::value / 4 * tig, tig, acc[0]);
+                        const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
+                        const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
+                        const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + SubBlockValues<Dec>::value / 4 * tig;
+                        if constexpr ((OPT & kOptOneColumn) != 0) {
+                            if (count == 1)  // (warp-uniform)
+                                staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
+                            else
+                                staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                        } else {
+                            staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                        }
                     } else if constexpr (IntSums<Dec>::value) {  // (whole blocks, as above)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
@@ -2158,7 +2198,16 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     int nparts = 1;
     constexpr bool fine = (OPT & kOptFine) != 0;
     StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, BlockWarps<Dec>::value);
-    const int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
+    // gguf Q4_K, Q5_K, Q8_0 on sums (kSums32): down in 2 parts where it has fewer than 12 16-row
+    // items per SM when every token picks the same experts (qwen3-30b-a3b: 1024 single-warp items
+    // of 3 chunks become 2048 of 2 and 1), by measurement (H200, x the ceiling, T=1 / T=8 same
+    // experts; docs/BENCHMARKS.md "KQ2"): qwen3-30b-a3b Q8_0 0.393 -> 0.417 / 0.344 -> 0.359, Q4_K
+    // 0.360 -> 0.376 / 0.297 -> 0.307, Q5_K 0.335 -> 0.356 / 0.282 -> 0.298; at deepseek-v3 (27 per
+    // SM; forced, with the one-column kernel) slower, 0.646 -> 0.630 for Q8_0 at T=1.
+    // FTW_CUDA_STAGED_PARTS=1 keeps one part.
+    if constexpr (ByteStream<Dec>::value && kSums32<Dec>)
+        if (PH == 1 && !forced && int64_t(fewest) < 12LL * device_sms()) forced = 2;
     const int part_min = staged_part_min(S);
     if (PH == 1 && (forced > 1 || (units16 && !forced && p.T == 1))) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
@@ -2179,6 +2228,22 @@ void launch_staged_scale2(const KernelParams& p, cudaStream_t stream) {
     if constexpr (HasDecodeV1<Dec>::value)
         if (!env_is("FTW_CUDA_STAGED_SCALE2", "0")) return launch_staged_opt<Dec, PH, S, OPT | kOptScale2>(p, stream);
     launch_staged_opt<Dec, PH, S, OPT>(p, stream);
+}
+
+// kOptOneColumn (gguf Q4_K, Q5_K, Q8_0 on 32-value sub-block sums, rings of 2 stages) for phase PH,
+// as measured on the H200 (x the ceiling; docs/BENCHMARKS.md "KQ2"): at the deepseek-v3 size, T=1,
+// Q4_K 0.49 -> 0.51, Q5_K 0.52 -> 0.55, Q8_0 on sums 0.64 -> 0.65; T=8 same experts (the full body
+// in the kernel that has both) Q8_0 0.55 -> 0.57, Q5_K 0.48 -> 0.49, Q4_K 0.47 -> 0.46; at the
+// qwen3-30b-a3b size no gain (T=1 Q8_0 0.39 -> 0.38, Q4_K and Q5_K level; T=8 Q4_K 0.30 -> 0.29).
+// What separates the sizes, as for staged_for_items (gguf): the phase's 16-row items when every
+// token picks the same experts, 15.5 and 27 per SM at deepseek-v3, 5.8 and 7.8 at qwen3. So by
+// default where there are at least 12 per SM; FTW_CUDA_STAGED_ONE=1 always, =0 never (read at
+// every launch).
+inline bool staged_one_column(const KernelParams& p, int PH) {
+    const char* v = env_or("FTW_CUDA_STAGED_ONE", "");
+    if (*v != 0) return std::strcmp(v, "0") != 0;
+    const int64_t bands = PH == 0 ? (p.I + 7) / 8 : (p.H + 15) / 16;
+    return bands * std::min(p.K, p.num_experts) >= 12LL * device_sms();
 }
 
 // The byte-stream (gguf) variant of the staged kernel: kOptCopy32 | kOptFull, or
@@ -2345,6 +2410,10 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {
+                    if constexpr (kSums32<Dec>) {
+                        if (stages == 2 && staged_one_column(p, PH))
+                            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptOneColumn>(p, stream);
+                    }
                     if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
                     if constexpr (sums) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);

@@ -51,7 +51,10 @@
 // kernels and FTW_GGUF_CUDA_SUBBLOCKS=0 (=32: Q2_K, Q3_K, Q6_K only).
 // Decode of IQ2_XXS, IQ2_XS and IQ3_S rows rounds no weight either: their grid values enter the mma
 // as exact signed bf16 integers, the scales go onto the float32 sums (IntSumRows, IqInt below).
-// Q8_0 takes its integer through an exact float32 (8 bits do not fit a bf16 magic); MXFP4's values
+// Decode of Q8_0 rows of whole 256-value chunks rounds no weight either: each int8 enters the mma
+// as two exact integers (its nibbles under two bf16 magics), each block's d goes onto the float32
+// sums (Fast<Q8_0>'s sub-block interface). Otherwise Q8_0 takes its integer through an exact
+// float32 (8 bits do not fit a bf16 magic), rounding q d to bf16; MXFP4's values
 // are exact in bf16, as in the mxfp4 format. Either way the error of a dot product averages out to
 // a few 1e-3 relative (tests/test_cuda_kernels_gguf.py states the tolerance).
 #pragma once
@@ -840,7 +843,9 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
     static constexpr bool kHas = true;
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.33x of the ceiling; loaded 0.32x, staged 0.31x
     // H200, T=1: 0.44x with the staged kernel's kOptCopy32 | kOptFull (0.40x without), 0.63x with
-    // its ring of 2 stages (launch_decode; qwen3-30b-a3b size 0.37x), the shaped register-fed loop 0.34x
+    // its ring of 2 stages (launch_decode; qwen3-30b-a3b size 0.37x), the shaped register-fed loop
+    // 0.34x; on float32 block sums (below) 0.646x with the one-column body at that size (0.635x in
+    // the same run without sums), qwen3-30b-a3b 0.39x (0.37x; T=8 same 0.34x against 0.31x)
     static constexpr bool kStaged = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[10], dq[1], q[8];
@@ -858,6 +863,50 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
             for (int b = 0; b < 4; ++b) qf[b] = __fsub_rn(magic_byte(x, b), kTwo23 + 128.0f);
             w[2 * k] = f(prmt(__float_as_uint(qf[0]), __float_as_uint(qf[1]), 0x7632u));
             w[2 * k + 1] = f(prmt(__float_as_uint(qf[2]), __float_as_uint(qf[3]), 0x7632u));
+        }
+    }
+    // The staged kernel's sub-block interface (SubBlockRows; kSplitValues: see
+    // staged_sub_block_chunk) for rows of whole 256-value chunks, each block a 32-value sub-block
+    // with its own d. An int8 does not fit one bf16 magic, so each quant enters the mma as two
+    // exact integers: with u = q + 128 (the byte ^ 0x80), 128 + (u & 15) (one prmt per pair under
+    // the exponent of bf16 128) and 2048 + 16 (u >> 4) (under that of 2048: bf16 0x45 is 2048 plus
+    // 16 per mantissa step), whose sum is q + 2304; P = sum (q + 2304) x, so s = d and n = -2304 d,
+    // no weight rounded (the bf16 decode above rounds q d to bf16). Per 4 values a mask, a shift
+    // and a lop3, and 4 prmt, where decode takes a xor, 4 prmt, 4 float subs, 2 prmt and 2 bf16
+    // multiplies. Rows of whole chunks on a 16-byte-aligned bank start every chunk on 16 bytes in
+    // the ring (272 bytes a chunk), so block j's d (byte 34 j) and the lane's 8 quants (bytes
+    // 34 j + 2 + 8 tig ..) lie at offsets known per j: aligned 4-byte words, realigned by one prmt
+    // each for the even blocks (2 mod 4). The launch takes it only for rows of whole chunks
+    // (sub_block_rows).
+    static constexpr bool kSubBlocks = true, kSplitValues = true;
+    static constexpr int kSumOffset = 2304;  // n = -2304 s (the kernel: s * (P - 2304 X))
+    struct Head {
+        const uint32_t* w;  // the chunk's words (its first byte on 16 bytes)
+    };
+    __device__ static Head head(const uint8_t* b) { return {reinterpret_cast<const uint32_t*>(b)}; }
+    __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
+        const int o = 34 * j;  // d's bytes: o % 4 is 0 (j even) or 2
+        s = half_bits(h.w[o >> 2] >> (8 * (o & 3)));
+        n = -2304.f * s;
+    }
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][8]) {
+        const uint32_t* a = reinterpret_cast<const uint32_t*>(b) + 2 * tig;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int o = 34 * (2 * c2 + e) + 2;  // block 2 c2 + e's quants (this lane's from o + 8 tig)
+            uint32_t q[2];
+            if (o % 4 == 0) {
+                q[0] = a[o >> 2], q[1] = a[(o >> 2) + 1];
+            } else {
+                const uint32_t w0 = a[o >> 2], w1 = a[(o >> 2) + 1], w2 = a[(o >> 2) + 2];
+                q[0] = prmt(w0, w1, 0x5432u), q[1] = prmt(w1, w2, 0x5432u);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const uint32_t lo = q[i] & 0x0F0F0F0Fu, hi = ((q[i] >> 4) & 0x0F0F0F0Fu) ^ 0x08080808u;
+                w[e][2 * i] = prmt(lo, 0x43u, 0x4140u), w[e][2 * i + 1] = prmt(lo, 0x43u, 0x4342u);
+                w[e][4 + 2 * i] = prmt(hi, 0x45u, 0x4140u), w[e][5 + 2 * i] = prmt(hi, 0x45u, 0x4342u);
+            }
         }
     }
 };
@@ -2280,7 +2329,10 @@ struct SubBlockRows : Dec {
     __device__ static float head_d(const Head& h) { return F::head_d(h); }
     __device__ static float head_dmin(const Head& h) { return F::head_dmin(h); }
     __device__ static uint32_t min_pair(const Head& h, int j) { return F::min_pair(h, j); }
-    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
+    static constexpr bool kSplitValues = SplitValues<F>::value;
+    static constexpr int kSumOffset = SumOffset<F>::value;
+    template <int N>
+    __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
     }
     __device__ static void decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
@@ -2290,6 +2342,17 @@ struct SubBlockRows : Dec {
 // whether Q2_K / Q3_K / Q6_K rows on sub-block sums apply d once per chunk (ChunkD): unless
 // FTW_GGUF_CUDA_CHUNK_D=0 (benchmarks, tests; read at every launch)
 inline bool chunk_d() { return !env_is("FTW_GGUF_CUDA_CHUNK_D", "0"); }
+// Whether rows of type T whose chunk holds several blocks (Q8_0: 8 of 32 values) run on float32
+// sub-block sums in phase `phase`: where its rows are whole chunks (in values a multiple of 256;
+// the staged decode without sums covers a partial last chunk), unless FTW_GGUF_CUDA_Q8_SUMS=0
+// (benchmarks, tests; read at every launch). Types of 256-value blocks: always.
+template <class T>
+bool sub_block_rows(const KernelParams& p, int phase) {
+    if constexpr (T::size.block_values >= 256)
+        return true;
+    else
+        return !env_is("FTW_GGUF_CUDA_Q8_SUMS", "0") && (phase == 0 ? p.H : p.I) % 256 == 0;
+}
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)

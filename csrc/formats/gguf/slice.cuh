@@ -65,7 +65,7 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             // on float32 sub-block sums where the type has them (its own min form only: with_min_form's
             // other form keeps the decode it had), unless the ring is read through generic addresses
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {
-                if (sub_block_scales<U>() && !generic_shared_loads<U>()) {
+                if (sub_block_scales<U>() && sub_block_rows<U>(p, phase) && !generic_shared_loads<U>()) {
                     if constexpr (kHasChunkD<Fast<U>>) {
                         if (chunk_d()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true>>(phase, p, stream);
                     }
