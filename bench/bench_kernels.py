@@ -82,9 +82,8 @@ VARIANTS.update({f"stages{n}": {"FTW_CUDA_STAGED_STAGES": str(n)} for n in (2, 3
 VARIANTS["gguf-subblocks-0"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "0"}
 VARIANTS["gguf-subblocks-32"] = {"FTW_GGUF_CUDA_SUBBLOCKS": "32"}
 VARIANTS["gguf-chunk-d-0"] = {"FTW_GGUF_CUDA_CHUNK_D": "0"}  # Q3_K / Q6_K: d * sc per sub-block (before KS2)
-# Q2_K / Q3_K's scales in the mma (FTW_GGUF_CUDA_PAIRED): "0" one scale pair per sub-block (before
-# K3), "1" a unit's two sub-blocks' scales in one pair; the default: wide lanes (8 values of a sub-block)
-VARIANTS.update({f"gguf-paired-{v}": {"FTW_GGUF_CUDA_PAIRED": v} for v in ("0", "1")})
+# Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
+VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

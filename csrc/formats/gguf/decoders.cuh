@@ -658,22 +658,6 @@ __device__ __forceinline__ uint32_t bsub2(uint32_t a, uint32_t b) {
     asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-// fma(a, (b_H, b_H), (c_H, c_H)): half H of b and c in both halves. ptxas folds the broadcasts into
-// the HFMA2's operands (.H0_H0 / .H1_H1), so two sub-blocks' scales share one register pair.
-template <int H>
-__device__ __forceinline__ uint32_t bfma2_half(uint32_t a, uint32_t b, uint32_t c) {
-    static_assert(H == 0 || H == 1, "half 0 or 1");
-    uint32_t d;
-    if constexpr (H == 0)
-        asm("{.reg .b16 bl, bh, cl, ch;\n\t.reg .b32 bb, cc;\n\tmov.b32 {bl, bh}, %2;\n\tmov.b32 {cl, ch}, %3;\n\t"
-            "mov.b32 bb, {bl, bl};\n\tmov.b32 cc, {cl, cl};\n\tfma.rn.bf16x2 %0, %1, bb, cc;}"
-            : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    else
-        asm("{.reg .b16 bl, bh, cl, ch;\n\t.reg .b32 bb, cc;\n\tmov.b32 {bl, bh}, %2;\n\tmov.b32 {cl, ch}, %3;\n\t"
-            "mov.b32 bb, {bh, bh};\n\tmov.b32 cc, {ch, ch};\n\tfma.rn.bf16x2 %0, %1, bb, cc;}"
-            : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 // the bf16 pair (v, v) of v = +-2^k (exact constants for the magic-number arithmetic below)
 __host__ __device__ constexpr uint32_t bf16x2_pow2(int k, bool negative = false) {
     return ((negative ? 0x8000u : 0u) | uint32_t(127 + k) << 7) * 0x10001u;
@@ -1290,7 +1274,8 @@ struct Q2KFast {
     // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run; on float32
     // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
     // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
-    // 0.25x / 0.24x in the same run
+    // 0.25x / 0.24x in the same run; with wide lanes (decode_wide) 0.31x / 0.27x against 0.27x /
+    // 0.25x in one run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1398,43 +1383,15 @@ struct Q2KFast {
             }
         }
     }
-    // decode_scaled with the scales of a unit's two sub-blocks in one pair (SubBlockRows with
-    // FTW_GGUF_CUDA_PAIRED=1): sub-blocks 2 (2 c2 + e) + t, t = 0, 1, are bytes 2e, 2e + 1 of sc[c2],
-    // so one prmt, a sub and an fma make both sub-blocks' (T, C), and each value pair's fma reads
-    // half t of them (bfma2_half; the prmt's exponent byte makes the pairs 2^k (128 + sc)). And the quant
-    // bits stay where they are for s < 3: bits 2s, 2s + 1 under the exponent of bf16 8 are the pair
-    // 8 + q 2^(2s - 4), so T = sc 2^(4 - 2s) and C = -8 T (exact: a power of two times sc <= 15)
-    // give the same exact sc * q with a mask and no shift (s = 3 shifted down to bits 4, 5, T = sc).
-    // Per sub-block and row 1.5 instructions for the scales instead of 3, per 4 values a shift less
-    // for s = 0, 1.
-    __device__ static void decode_paired(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
-        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 4 * tig);
-        const uint32_t qs[2] = {q[0], q[4]};
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int s = 2 * (c2 & 1) + e;
-            const int k = s < 3 ? 4 - 2 * s : 0;  // T = sc 2^k
-            // the pairs 2^k (128 + sc) for sub-blocks j, j + 1: the scale bytes under the exponent of 2^(7 + k)
-            const uint32_t B = prmt(hd.sc[c2], 0x43u + uint32_t(k / 2), e == 0 ? 0x4140u : 0x4342u);
-            const uint32_t T = bsub2(B, bf16x2_pow2(7 + k));                               // 2^k sc
-            const uint32_t C = bfma2(B, bf16x2_pow2(3, true), bf16x2_pow2(10 + k));         // -8 T
-#pragma unroll
-            for (int t = 0; t < 2; ++t) {
-                const uint32_t x = s < 3 ? qs[t] & (0x03030303u << (2 * s)) : (qs[t] >> 2) & 0x30303030u;
-                if (t == 0) {
-                    w[e][0] = bfma2_half<0>(prmt(x, 0x41u, 0x4140u), T, C);
-                    w[e][1] = bfma2_half<0>(prmt(x, 0x41u, 0x4342u), T, C);
-                } else {
-                    w[e][2] = bfma2_half<1>(prmt(x, 0x41u, 0x4140u), T, C);
-                    w[e][3] = bfma2_half<1>(prmt(x, 0x41u, 0x4342u), T, C);
-                }
-            }
-        }
-    }
-    // decode_paired's values with wide lanes (kWideLanes; SubBlockRows' default, FTW_GGUF_CUDA_PAIRED
-    // unset): the lane's 8 values 8 tig .. 8 tig + 7 of unit 2 c2 + e, in its sub-block 4 c2 + 2 e + tig / 2
-    // (one scale byte, picked by a selector made once), from the two adjacent qs words at
-    // 16 + 32h + 8 tig; one min pair per unit (min_pair_lane) and one x load
+    // The staged kernel's wide lanes (kWideLanes; SubBlockRows with d once per chunk, unless
+    // FTW_GGUF_CUDA_WIDE=0): lane tig decodes values 8 tig .. 8 tig + 7 of unit 2 c2 + e (h = c2 / 2,
+    // s = 2 (c2 % 2) + e), from the two adjacent qs words at 16 + 32h + 8 tig, all in sub-block
+    // 4 c2 + 2 e + tig / 2: one scale per unit and lane, its byte picked by a selector made once (a
+    // prmt), its (T, C) by a sub and an fma, and each value pair the exact integer sc * q by one fma as
+    // in decode_scaled. The quant bits stay in place for s < 3: bits 2s, 2s + 1 under the exponent of
+    // bf16 8 are the pair 8 + q 2^(2s - 4), so T = sc 2^(4 - 2s) and C = -8 T (exact: a power of two
+    // times sc <= 15; the prmt's exponent byte makes the pairs 2^k (128 + sc)) give sc * q with a mask
+    // and no shift (s = 3 shifted down to bits 4, 5, T = sc). One min pair per unit (min_pair_lane).
     __device__ static void decode_wide(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 8 * tig);
         const uint32_t qs[2] = {q[0], q[1]};
@@ -1478,7 +1435,8 @@ struct Fast<Q3_K> {
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
     // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
-    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run)
+    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
+    // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1571,39 +1529,12 @@ struct Fast<Q3_K> {
             }
         }
     }
-    // decode_scaled with the scales of a unit's two sub-blocks in one pair (SubBlockRows with
-    // FTW_GGUF_CUDA_PAIRED=1): sub-blocks 2 (2 c2 + e) + t, t = 0, 1, are bytes 2e, 2e + 1 of sc[c2],
-    // so one prmt, a sub and an fma make both sub-blocks' (T, -12 T)
-    // as the halves of two pairs, and each value pair's fma reads half t of them (bfma2_half): per
-    // sub-block and row 1.5 instructions for the scale instead of 3, the values' as before.
-    __device__ static void decode_paired(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
-        const Ring2 r(b);
-        const int h = c2 >> 1;
-        const uint32_t hm[2] = {r.word(4 * tig), r.word(16 + 4 * tig)};
-        const uint32_t qs[2] = {r.word(32 + 32 * h + 4 * tig), r.word(48 + 32 * h + 4 * tig)};
-        constexpr uint32_t k160 = bf16x2_biased(32), kM12 = 0xC140C140u, k1920 = 0x44F044F0u;  // 160, -12, 1920
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int s = 2 * (c2 & 1) + e;
-            const uint32_t B = prmt(hd.sc[c2], 0x43u, e == 0 ? 0x4140u : 0x4342u);  // (128 + sc_j, 128 + sc_j+1)
-            const uint32_t T = bsub2(B, k160), C = bfma2(B, kM12, k1920);            // sc - 32, -12 (sc - 32)
-#pragma unroll
-            for (int t = 0; t < 2; ++t) {
-                const uint32_t x = (shift_by(qs[t], 4 - 2 * s) & 0x30303030u) | (shift_by(hm[t], 6 - (4 * h + s)) & 0x40404040u);
-                if (t == 0) {
-                    w[e][0] = bfma2_half<0>(prmt(x, 0x41u, 0x4140u), T, C);
-                    w[e][1] = bfma2_half<0>(prmt(x, 0x41u, 0x4342u), T, C);
-                } else {
-                    w[e][2] = bfma2_half<1>(prmt(x, 0x41u, 0x4140u), T, C);
-                    w[e][3] = bfma2_half<1>(prmt(x, 0x41u, 0x4342u), T, C);
-                }
-            }
-        }
-    }
-    // decode_paired's values with wide lanes (kWideLanes; SubBlockRows' default, FTW_GGUF_CUDA_PAIRED
-    // unset): the lane's 8 values 8 tig .. 8 tig + 7 of unit 2 c2 + e, in its sub-block 4 c2 + 2 e + tig / 2
-    // (one scale byte, picked by a selector made once), from the adjacent hmask words at 8 tig and qs
-    // words at 32 + 32h + 8 tig (three aligned words for two in the ring), and one x load per unit
+    // The staged kernel's wide lanes (kWideLanes; SubBlockRows with d once per chunk, unless
+    // FTW_GGUF_CUDA_WIDE=0): lane tig decodes values 8 tig .. 8 tig + 7 of unit 2 c2 + e, all in
+    // sub-block 4 c2 + 2 e + tig / 2: one scale per unit and lane (its byte picked by a selector made
+    // once; T and -12 T by a sub and an fma: half of decode_scaled's per value), the values as in
+    // decode_scaled from the adjacent hmask words at 8 tig and qs words at 32 + 32h + 8 tig (three
+    // aligned words for two in the ring).
     __device__ static void decode_wide(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
         const Ring2 r(b);
         const int h = c2 >> 1;
@@ -2252,17 +2183,15 @@ struct ShapedDecoder : Dec {
 // ChunkD (Q2_K, Q3_K, Q6_K: FTW_GGUF_CUDA_CHUNK_D, chunk_d below) applies each row's d (and dmin)
 // once per chunk: Q6_K's scales as exact integers on the sums (kUnitScales), Q3_K's and Q2_K's in
 // the mma (kScaledInts, decode_scaled; Q2_K's mins in a second mma chain, min_pair); without it
-// they take d * sc per sub-block (sub_scale). Q2_K's and Q3_K's scales in the mma take one of three
-// forms (ScaleForm; FTW_GGUF_CUDA_PAIRED, scale_form below): a pair per sub-block (decode_scaled),
-// the scales of a unit's two sub-blocks as one pair (decode_paired), or the lanes of a 32-value
-// sub-block, each lane's 8 values of a unit in one sub-block (decode_wide, kWideLanes).
+// they take d * sc per sub-block (sub_scale). Wide (Q2_K, Q3_K: FTW_GGUF_CUDA_WIDE, wide_lanes below)
+// gives the lanes a 32-value sub-block's shape (decode_wide, kWideLanes), each lane's 8 values of a
+// unit in one sub-block; without it a pair of scales per sub-block (decode_scaled).
 FTW_HAS_MEMBER(HasUnitScale, unit_scale);
 FTW_HAS_MEMBER(HasDecodeScaled, decode_scaled);
-FTW_HAS_MEMBER(HasDecodePaired, decode_paired);
+FTW_HAS_MEMBER(HasDecodeWide, decode_wide);
 template <class F>
 constexpr bool kHasChunkD = HasUnitScale<F>::value || HasDecodeScaled<F>::value;
-enum ScaleForm { kScalesPerSubBlock, kScalesPaired, kScalesWide };
-template <class Dec, bool ChunkD = false, int Form = kScalesPerSubBlock>
+template <class Dec, bool ChunkD = false, bool Wide = false>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static constexpr bool kSubBlocks = true;
@@ -2270,7 +2199,7 @@ struct SubBlockRows : Dec {
     static constexpr bool kSubBlockMins = SubBlockMins<F>::value;
     static constexpr bool kUnitScales = ChunkD && HasUnitScale<F>::value;
     static constexpr bool kScaledInts = ChunkD && HasDecodeScaled<F>::value;
-    static constexpr bool kWideLanes = kScaledInts && Form == kScalesWide;
+    static constexpr bool kWideLanes = kScaledInts && Wide;
     using Head = typename F::Head;
     __device__ static Head head(const uint8_t* b) { return F::head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
@@ -2287,10 +2216,8 @@ struct SubBlockRows : Dec {
         F::decode_pair(b, c2, tig, w);
     }
     __device__ static void decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
-        if constexpr (Form == kScalesWide)
+        if constexpr (Wide)
             F::decode_wide(b, h, c2, tig, w);
-        else if constexpr (Form == kScalesPaired)
-            F::decode_paired(b, h, c2, tig, w);
         else
             F::decode_scaled(b, h, c2, tig, w);
     }
@@ -2298,13 +2225,9 @@ struct SubBlockRows : Dec {
 // whether Q2_K / Q3_K / Q6_K rows on sub-block sums apply d once per chunk (ChunkD): unless
 // FTW_GGUF_CUDA_CHUNK_D=0 (benchmarks, tests; read at every launch)
 inline bool chunk_d() { return !env_is("FTW_GGUF_CUDA_CHUNK_D", "0"); }
-// the form of Q2_K / Q3_K's scales with d once per chunk: FTW_GGUF_CUDA_PAIRED=0 a pair per sub-block,
-// =1 paired, else the wide lanes (benchmarks, tests; read at every launch)
-inline ScaleForm scale_form() {
-    return env_is("FTW_GGUF_CUDA_PAIRED", "0")   ? kScalesPerSubBlock
-           : env_is("FTW_GGUF_CUDA_PAIRED", "1") ? kScalesPaired
-                                                : kScalesWide;
-}
+// whether Q2_K / Q3_K rows with d once per chunk take wide lanes: unless FTW_GGUF_CUDA_WIDE=0
+// (benchmarks, tests; read at every launch)
+inline bool wide_lanes() { return !env_is("FTW_GGUF_CUDA_WIDE", "0"); }
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)

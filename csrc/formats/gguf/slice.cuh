@@ -61,12 +61,9 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {
                 if (sub_block_scales<U>() && !generic_shared_loads<U>()) {
                     if constexpr (kHasChunkD<Fast<U>>) {
-                        if constexpr (HasDecodePaired<Fast<U>>::value) {
-                            const ScaleForm f = scale_form();
-                            if (chunk_d() && f == kScalesWide)
-                                return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, kScalesWide>>(phase, p, stream);
-                            if (chunk_d() && f == kScalesPaired)
-                                return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, kScalesPaired>>(phase, p, stream);
+                        if constexpr (HasDecodeWide<Fast<U>>::value) {
+                            if (chunk_d() && wide_lanes())
+                                return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, true>>(phase, p, stream);
                         }
                         if (chunk_d()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true>>(phase, p, stream);
                     }
