@@ -88,6 +88,8 @@ VARIANTS["gguf-q8-sums-0"] = {"FTW_GGUF_CUDA_Q8_SUMS": "0"}
 # default in phases of at least 12 16-row items per SM): "0" never (the full body), "1" always
 VARIANTS["staged-one-0"] = {"FTW_CUDA_STAGED_ONE": "0"}
 VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
+# Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
+VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

@@ -428,15 +428,18 @@ def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the
 # default "": Q3_K's scale * quant in the mma, Q6_K's integer scales on the sums) and with d * sc
-# per sub-block (FTW_GGUF_CUDA_CHUNK_D=0)
-@pytest.mark.parametrize("sub, stages, chunk_d", [("", "", ""), ("", "3", ""), ("", "4", ""), ("32", "", ""),
-                                                  ("", "", "0"), ("", "4", "0")])
+# per sub-block (FTW_GGUF_CUDA_CHUNK_D=0); Q2_K and Q3_K's scale * quant with wide lanes (the default
+# "": a lane's 8 values of a unit in one sub-block, one 16-byte x load) and with a pair of scales per
+# sub-block (FTW_GGUF_CUDA_WIDE=0)
+@pytest.mark.parametrize("sub, stages, chunk_d, wide", [("", "", "", ""), ("", "3", "", ""), ("", "4", "", ""),
+                                                        ("32", "", "", ""), ("", "", "0", ""), ("", "4", "0", ""),
+                                                        ("", "", "", "0"), ("", "4", "", "0")])
 @pytest.mark.parametrize("types, T, size", [(("Q6_K", "Q6_K", "Q6_K"), 1, {}),
                                             (("Q3_K", "Q3_K", "Q3_K"), 3, {"H": 768, "I": 256}),
                                             (("Q2_K", "Q2_K", "Q2_K"), 2, {}),
                                             (("Q2_K", "Q2_K", "Q6_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
                                             (("Q6_K", "Q6_K", "Q3_K"), 5, {"H": 768, "I": 512, "E": 16, "K": 8})])
-def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_d, monkeypatch):
+def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_d, wide, monkeypatch):
     """The quants as exact bf16 integers (Q2_K: 128 + q, its mins through the sum of x; Q3_K and
     Q6_K: the signed q - 4, q - 32; Q3_K with d once per chunk: (q - 4) * (sc - 32)), each 16-value
     sub-block one k16 step of the mma with its scale applied to the float32 sum, against
@@ -445,7 +448,8 @@ def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_
     monkeypatch.setenv("FTW_GGUF_CUDA_SUBBLOCKS", sub)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     monkeypatch.setenv("FTW_GGUF_CUDA_CHUNK_D", chunk_d)
-    check(types, T, [13, sum(map(ord, "".join(types))), len(sub), len(stages), len(chunk_d)], **size)
+    monkeypatch.setenv("FTW_GGUF_CUDA_WIDE", wide)
+    check(types, T, [13, sum(map(ord, "".join(types))), len(sub), len(stages), len(chunk_d), 3 * len(wide)], **size)
 
 
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied

@@ -1041,6 +1041,21 @@ FTW_OPTIONAL_MEMBER(SumOffset, kSumOffset, int, 0);
 template <class Dec>
 constexpr bool kSums32 = SubBlocks<Dec>::value && SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value &&
                          !ScaledInts<Dec>::value;
+//   kWideLanes (optional, false)        with kScaledInts: the lanes take a 32-value unit as the
+//                                       32-value sub-blocks do (lane tig: values 8 tig .. 8 tig + 7,
+//                                       in sub-block tig / 2 of the two): a k16 step may span two
+//                                       sub-blocks once their scales are in the mma. decode_scaled
+//                                       then gives w[e] = the pairs of values 8 tig + 2i, + 1 (i = 0..3),
+//                                       with mins min_pair_lane(head, c2, e, tig) the min of the lane's
+//                                       sub-block of unit 2 c2 + e, and x is one 16-byte load per unit
+//                                       (two 8-byte ones otherwise). H200, T=1, x the ceiling,
+//                                       deepseek-v3 / qwen3-30b-a3b ("Wide lanes"): Q3_K 0.37 / 0.30
+//                                       -> 0.39 / 0.32, Q2_K 0.27 / 0.25 -> 0.31 / 0.27
+FTW_OPTIONAL_MEMBER(WideLanes, kWideLanes, bool, false);
+// the first x value of the chunk a lane's pairs start at: 8 tig for 32-value sub-blocks and wide
+// lanes, 4 tig for 16-value sub-blocks
+template <class Dec>
+constexpr int kSubBlockLaneValues = SubBlockValues<Dec>::value == 32 || WideLanes<Dec>::value ? 8 : 4;
 
 // mma with a zero accumulator in, and with one in (not volatile: the compiler may schedule them)
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -1059,8 +1074,8 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
 }
 
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
-// pair's x from its first value on: 8 tig, or 4 tig for 16-value sub-blocks; any pair's where the
-// lane has none), into the lane's accumulators.
+// pair's x from its first value on: kSubBlockLaneValues tig; any pair's where the lane has none),
+// into the lane's accumulators.
 // ONE: an item of one pair (T = 1), whose only live sums are pair column 0's (lane tig 0's
 // accumulators 0 and 2): no lane updates accumulators 1 and 3 (kOptOneColumn).
 template <class Dec, bool ONE = false>
@@ -1075,6 +1090,45 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     static_assert(!UNITS || !MINS, "scales in units of d: no mins");
     const auto h0 = Dec::head(b0);
     const auto h1 = Dec::head(b1);
+    if constexpr (WideLanes<Dec>::value) {  // the scales in the mma, a lane's 8 values of a unit adjacent
+        static_assert(ScaledInts<Dec>::value && SV == 16, "wide lanes: 16-value sub-blocks, scales in the mma");
+        float C[2][4], M[2][4];  // sum sc q x; with mins sum m x
+#pragma unroll
+        for (int c2 = 0; c2 < 4; ++c2) {
+            uint32_t wa[2][4], wb[2][4];
+            Dec::decode_scaled(b0, h0, c2, tig, wa);
+            Dec::decode_scaled(b1, h1, c2, tig, wb);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+                if (c2 == 0)
+                    mma_bf16_zero(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
+                else
+                    mma_bf16_acc(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
+                mma_bf16_acc(C[e], wa[e][2], wb[e][2], wa[e][3], wb[e][3], xs.z, xs.w);
+                if constexpr (MINS) {  // the lane's sub-block of the unit: one min pair for its 8 values
+                    const uint32_t ma = Dec::min_pair_lane(h0, c2, e, tig), mb = Dec::min_pair_lane(h1, c2, e, tig);
+                    if (c2 == 0)
+                        mma_bf16_zero(M[e], ma, mb, ma, mb, xs.x, xs.y);
+                    else
+                        mma_bf16_acc(M[e], ma, mb, ma, mb, xs.x, xs.y);
+                    mma_bf16_acc(M[e], ma, mb, ma, mb, xs.z, xs.w);
+                }
+            }
+        }
+        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
+        if constexpr (MINS) {
+            const float m0 = -Dec::head_dmin(h0), m1 = -Dec::head_dmin(h1);
+            acc[0] = fmaf(d0, C[0][0] + C[1][0], fmaf(m0, M[0][0] + M[1][0], acc[0]));
+            acc[1] = fmaf(d0, C[0][1] + C[1][1], fmaf(m0, M[0][1] + M[1][1], acc[1]));
+            acc[2] = fmaf(d1, C[0][2] + C[1][2], fmaf(m1, M[0][2] + M[1][2], acc[2]));
+            acc[3] = fmaf(d1, C[0][3] + C[1][3], fmaf(m1, M[0][3] + M[1][3], acc[3]));
+        } else {
+            acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
+            acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
+        }
+        return;
+    }
     if constexpr (ScaledInts<Dec>::value) {  // the scales in the mma: chains per unit parity e
         static_assert(SV == 16, "16-value sub-blocks");
         float C[2][4], M[2][4];  // sum sc q x; with mins sum m x
@@ -1688,7 +1742,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
-                        const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + SubBlockValues<Dec>::value / 4 * tig;
+                        const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
                         if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1)  // (warp-uniform)
                                 staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);

@@ -661,6 +661,10 @@ __device__ __forceinline__ uint32_t bsub2(uint32_t a, uint32_t b) {
     asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
+// the bf16 pair (v, v) of v = +-2^k (exact constants for the magic-number arithmetic below)
+__host__ __device__ constexpr uint32_t bf16x2_pow2(int k, bool negative = false) {
+    return ((negative ? 0x8000u : 0u) | uint32_t(127 + k) << 7) * 0x10001u;
+}
 __device__ __forceinline__ uint32_t badd2(uint32_t a, uint32_t b) {
     uint32_t d;
     asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -1319,7 +1323,8 @@ struct Q2KFast {
     // (deepseek-v3 / qwen3-30b-a3b), 0.24x / 0.20x with ShiftedMin in the same run; on float32
     // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
     // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
-    // 0.25x / 0.24x in the same run
+    // 0.25x / 0.24x in the same run; with wide lanes (decode_wide) 0.31x / 0.27x against 0.27x /
+    // 0.25x in one run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1404,6 +1409,11 @@ struct Q2KFast {
     __device__ static uint32_t min_pair(const Head& h, int j) {
         return bsub2(prmt(h.mn[j >> 2], 0x43u, 0x4040u | uint32_t(j & 3) * 0x101u), bf16x2_biased(0));
     }
+    // with wide lanes (decode_wide): the min of sub-block 4 c2 + 2 e + tig / 2, the lane's of unit 2 c2 + e
+    __device__ static uint32_t min_pair_lane(const Head& h, int c2, int e, int tig) {
+        return bsub2(prmt(h.mn[c2], 0x43u, (0x4040u | uint32_t(tig >> 1) * 0x101u) + 0x202u * uint32_t(e)),
+                     bf16x2_biased(0));
+    }
     __device__ static void decode_scaled(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 4 * tig);
         const uint32_t qs[2] = {q[0], q[4]};
@@ -1419,6 +1429,34 @@ struct Q2KFast {
                 const uint32_t x = shift_by(qs[t], 4 - 2 * s) & 0x30303030u;
                 w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), S, C);
                 w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), S, C);
+            }
+        }
+    }
+    // The staged kernel's wide lanes (kWideLanes; SubBlockRows with d once per chunk, unless
+    // FTW_GGUF_CUDA_WIDE=0): lane tig decodes values 8 tig .. 8 tig + 7 of unit 2 c2 + e (h = c2 / 2,
+    // s = 2 (c2 % 2) + e), from the two adjacent qs words at 16 + 32h + 8 tig, all in sub-block
+    // 4 c2 + 2 e + tig / 2: one scale per unit and lane, its byte picked by a selector made once (a
+    // prmt), its (T, C) by a sub and an fma, and each value pair the exact integer sc * q by one fma as
+    // in decode_scaled. The quant bits stay in place for s < 3: bits 2s, 2s + 1 under the exponent of
+    // bf16 8 are the pair 8 + q 2^(2s - 4), so T = sc 2^(4 - 2s) and C = -8 T (exact: a power of two
+    // times sc <= 15; the prmt's exponent byte makes the pairs 2^k (128 + sc)) give sc * q with a mask
+    // and no shift (s = 3 shifted down to bits 4, 5, T = sc). One min pair per unit (min_pair_lane).
+    __device__ static void decode_wide(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 16 + 32 * (c2 >> 1) + 8 * tig);
+        const uint32_t qs[2] = {q[0], q[1]};
+        const uint32_t sel = 0x4040u | uint32_t(tig >> 1) * 0x101u;  // the lane's byte of a pair of sub-blocks, twice
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+            const int k = s < 3 ? 4 - 2 * s : 0;  // T = sc 2^k
+            const uint32_t B = prmt(hd.sc[c2], 0x43u + uint32_t(k / 2), sel + 0x202u * uint32_t(e));  // 2^k (128 + sc) x 2
+            const uint32_t T = bsub2(B, bf16x2_pow2(7 + k));                                            // 2^k sc
+            const uint32_t C = bfma2(B, bf16x2_pow2(3, true), bf16x2_pow2(10 + k));                      // -8 T
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const uint32_t x = s < 3 ? qs[t] & (0x03030303u << (2 * s)) : (qs[t] >> 2) & 0x30303030u;
+                w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), T, C);
+                w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), T, C);
             }
         }
     }
@@ -1446,7 +1484,8 @@ struct Fast<Q3_K> {
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.17x of the ceiling; loaded 0.06x
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
     // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
-    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run)
+    // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
+    // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1533,6 +1572,32 @@ struct Fast<Q3_K> {
                 const int j = 2 * (2 * c2 + e) + t;  // the sub-block: byte j % 4 of sc[j / 4]
                 const uint32_t B = prmt(hd.sc[j >> 2], 0x43u, 0x4040u | uint32_t(j & 3) * 0x101u);  // (128 + sc) x 2
                 const uint32_t T = bsub2(B, k160), C = bfma2(B, kM12, k1920);            // sc - 32, -12 (sc - 32)
+                const uint32_t x = (shift_by(qs[t], 4 - 2 * s) & 0x30303030u) | (shift_by(hm[t], 6 - (4 * h + s)) & 0x40404040u);
+                w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), T, C);
+                w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), T, C);
+            }
+        }
+    }
+    // The staged kernel's wide lanes (kWideLanes; SubBlockRows with d once per chunk, unless
+    // FTW_GGUF_CUDA_WIDE=0): lane tig decodes values 8 tig .. 8 tig + 7 of unit 2 c2 + e, all in
+    // sub-block 4 c2 + 2 e + tig / 2: one scale per unit and lane (its byte picked by a selector made
+    // once; T and -12 T by a sub and an fma: half of decode_scaled's per value), the values as in
+    // decode_scaled from the adjacent hmask words at 8 tig and qs words at 32 + 32h + 8 tig (three
+    // aligned words for two in the ring).
+    __device__ static void decode_wide(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
+        const Ring2 r(b);
+        const int h = c2 >> 1;
+        const uint32_t hm[2] = {r.word(8 * tig), r.word(8 * tig + 4)};
+        const uint32_t qs[2] = {r.word(32 + 32 * h + 8 * tig), r.word(36 + 32 * h + 8 * tig)};
+        const uint32_t sel = 0x4040u | uint32_t(tig >> 1) * 0x101u;  // the lane's byte of a pair of sub-blocks, twice
+        constexpr uint32_t k160 = bf16x2_biased(32), kM12 = 0xC140C140u, k1920 = 0x44F044F0u;  // 160, -12, 1920
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int s = 2 * (c2 & 1) + e;
+            const uint32_t B = prmt(hd.sc[c2], 0x43u, sel + 0x202u * uint32_t(e));  // (128 + sc) x 2
+            const uint32_t T = bsub2(B, k160), C = bfma2(B, kM12, k1920);         // sc - 32, -12 (sc - 32)
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
                 const uint32_t x = (shift_by(qs[t], 4 - 2 * s) & 0x30303030u) | (shift_by(hm[t], 6 - (4 * h + s)) & 0x40404040u);
                 w[e][2 * t] = bfma2(prmt(x, 0x41u, 0x4140u), T, C);
                 w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), T, C);
@@ -2305,12 +2370,15 @@ struct ShapedDecoder : Dec {
 // ChunkD (Q2_K, Q3_K, Q6_K: FTW_GGUF_CUDA_CHUNK_D, chunk_d below) applies each row's d (and dmin)
 // once per chunk: Q6_K's scales as exact integers on the sums (kUnitScales), Q3_K's and Q2_K's in
 // the mma (kScaledInts, decode_scaled; Q2_K's mins in a second mma chain, min_pair); without it
-// they take d * sc per sub-block (sub_scale).
+// they take d * sc per sub-block (sub_scale). Wide (Q2_K, Q3_K: FTW_GGUF_CUDA_WIDE, wide_lanes below)
+// gives the lanes a 32-value sub-block's shape (decode_wide, kWideLanes), each lane's 8 values of a
+// unit in one sub-block; without it a pair of scales per sub-block (decode_scaled).
 FTW_HAS_MEMBER(HasUnitScale, unit_scale);
 FTW_HAS_MEMBER(HasDecodeScaled, decode_scaled);
+FTW_HAS_MEMBER(HasDecodeWide, decode_wide);
 template <class F>
 constexpr bool kHasChunkD = HasUnitScale<F>::value || HasDecodeScaled<F>::value;
-template <class Dec, bool ChunkD = false>
+template <class Dec, bool ChunkD = false, bool Wide = false>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static constexpr bool kSubBlocks = true;
@@ -2318,6 +2386,7 @@ struct SubBlockRows : Dec {
     static constexpr bool kSubBlockMins = SubBlockMins<F>::value;
     static constexpr bool kUnitScales = ChunkD && HasUnitScale<F>::value;
     static constexpr bool kScaledInts = ChunkD && HasDecodeScaled<F>::value;
+    static constexpr bool kWideLanes = kScaledInts && Wide;
     using Head = typename F::Head;
     __device__ static Head head(const uint8_t* b) { return F::head(b); }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
@@ -2331,12 +2400,16 @@ struct SubBlockRows : Dec {
     __device__ static uint32_t min_pair(const Head& h, int j) { return F::min_pair(h, j); }
     static constexpr bool kSplitValues = SplitValues<F>::value;
     static constexpr int kSumOffset = SumOffset<F>::value;
+    __device__ static uint32_t min_pair_lane(const Head& h, int c2, int e, int tig) { return F::min_pair_lane(h, c2, e, tig); }
     template <int N>
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
     }
     __device__ static void decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
-        F::decode_scaled(b, h, c2, tig, w);
+        if constexpr (Wide)
+            F::decode_wide(b, h, c2, tig, w);
+        else
+            F::decode_scaled(b, h, c2, tig, w);
     }
 };
 // whether Q2_K / Q3_K / Q6_K rows on sub-block sums apply d once per chunk (ChunkD): unless
@@ -2353,6 +2426,9 @@ bool sub_block_rows(const KernelParams& p, int phase) {
     else
         return !env_is("FTW_GGUF_CUDA_Q8_SUMS", "0") && (phase == 0 ? p.H : p.I) % 256 == 0;
 }
+// whether Q2_K / Q3_K rows with d once per chunk take wide lanes: unless FTW_GGUF_CUDA_WIDE=0
+// (benchmarks, tests; read at every launch)
+inline bool wide_lanes() { return !env_is("FTW_GGUF_CUDA_WIDE", "0"); }
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)

@@ -67,6 +67,10 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if constexpr (SubBlocks<Fast<U>>::value && std::is_same_v<U, T>) {
                 if (sub_block_scales<U>() && sub_block_rows<U>(p, phase) && !generic_shared_loads<U>()) {
                     if constexpr (kHasChunkD<Fast<U>>) {
+                        if constexpr (HasDecodeWide<Fast<U>>::value) {
+                            if (chunk_d() && wide_lanes())
+                                return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, true>>(phase, p, stream);
+                        }
                         if (chunk_d()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true>>(phase, p, stream);
                     }
                     return launch_with<SubBlockRows<TypedDecoder<U, pf, true>>>(phase, p, stream);
