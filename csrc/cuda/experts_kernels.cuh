@@ -965,7 +965,7 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 //                  Q8_0): an item of one pair (T = 1) runs a chunk body that updates only the
 //                  accumulators of pair column 0 (staged_sub_block_chunk's ONE; 4 of 8 fma per
 //                  sub-block and row pair), the others the full one; where staged_one_column says
-constexpr int kOptOneColumn = 1024;
+constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
