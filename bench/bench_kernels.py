@@ -88,14 +88,6 @@ VARIANTS["gguf-q8-sums-0"] = {"FTW_GGUF_CUDA_Q8_SUMS": "0"}
 # default in phases of at least 12 16-row items per SM): "0" never (the full body), "1" always
 VARIANTS["staged-one-0"] = {"FTW_CUDA_STAGED_ONE": "0"}
 VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
-# gguf Q8_0 on block sums: each stage refilled before its chunk's decode, the lane's bytes of it read
-# into registers first ("refill-early": kOptEarlyRefill, FTW_CUDA_STAGED_REFILL), or after its decode
-# ("refill-late", the default)
-VARIANTS["refill-late"] = {"FTW_CUDA_STAGED_REFILL": "late"}
-VARIANTS["refill-early"] = {"FTW_CUDA_STAGED_REFILL": "early"}
-# with the early refill, each warp's rows n chunks past the one each stage copies prefetched into the
-# L2 as well (FTW_CUDA_STAGED_L2AHEAD; default 0: none)
-VARIANTS.update({f"l2ahead{n}": {"FTW_CUDA_STAGED_L2AHEAD": str(n)} for n in (1, 2, 4)})
 # Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
 VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as

@@ -317,49 +317,6 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
     check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
 
 
-# Q8_0 on block sums with each stage refilled before its chunk's decode (kOptEarlyRefill: the lane's
-# bytes of the chunk read into registers first; FTW_CUDA_STAGED_REFILL: "early", the default "" the
-# stage kept until the chunk is decoded; "ahead": early, each warp's rows 2 chunks further
-# prefetched into the L2, FTW_CUDA_STAGED_L2AHEAD=2), in the one-column kernel (FTW_CUDA_STAGED_ONE=1:
-# at T = 1 the one-column body alone, else the full body) and the plain one ("0")
-REFILL = ["early", "", "ahead"]
-
-
-@pytest.mark.parametrize("refill", REFILL)
-@pytest.mark.parametrize("one", ONE_COLUMN)
-@pytest.mark.parametrize("T, size", [(1, {}), (8, {}), (1, {"H": 2048, "I": 512, "E": 16, "K": 8}),
-                                     (3, {"H": 768, "I": 512, "E": 16, "K": 2})])
-def test_q8_0_stage_refilled_before_the_decode(T, size, one, refill, monkeypatch):
-    """Rows of 2 and 8 chunks (gate_up), 1 and 2 (down), one item per block and more items than
-    blocks (the producer crossing items while a chunk is decoded), T = 1 (every item one pair) and
-    T = 3, 8 (items of several pairs; independent routings of 2 of 16 experts: items of one pair
-    too): the same values either way."""
-    monkeypatch.setenv("FTW_CUDA_STAGED_REFILL", "" if refill == "" else "early")
-    monkeypatch.setenv("FTW_CUDA_STAGED_L2AHEAD", "2" if refill == "ahead" else "")
-    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", one)
-    check(("Q8_0", "Q8_0", "Q8_0"), T, [18, T, size.get("H", 0), ONE_COLUMN.index(one), REFILL.index(refill)], **size)
-
-
-@pytest.mark.parametrize("refill", REFILL[:2])
-def test_q8_0_one_column_with_an_expert_listed_twice(refill, monkeypatch):
-    """T = 1 with the one-column body alone (early refill): an unchecked routing that lists an
-    expert twice gives that item 2 pairs of token 0, each taking column 0's sums, as the reference
-    (and the kernel that refills late, which runs the full body for such an item) adds them."""
-    monkeypatch.setenv("FTW_CUDA_STAGED_REFILL", refill)
-    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
-    rng = np.random.default_rng([19, REFILL.index(refill)])
-    H, I, E = 512, 256, 8  # noqa: E741
-    opts, banks = gguf_layer(("Q8_0", "Q8_0", "Q8_0"), H, I, E, rng)
-    x, x64 = bf16_x(1, H, rng)
-    ids = np.array([[3, 5, 3, 1]], dtype=np.int32)
-    wts = rng.uniform(0.05, 1.0, (1, 4)).astype(np.float32)
-    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
-    out = ce.experts_forward(view, x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(), SILU, check=False)
-    err = rel_err(out, reference(opts, banks, H, I, x64, ids, wts))
-    print(f"gguf cuda accuracy Q8_0 expert listed twice, refill {refill or 'default (late)'}: {err:.2e}")
-    assert err < REL_TOL
-
-
 # Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
 # default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
 PARTS = ["", "1"]

@@ -789,10 +789,6 @@ struct Staged {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-// bytes (a multiple of 16, from a 16-byte-aligned p) into the L2, nothing returned (sm_90)
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
@@ -969,13 +965,13 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 //                  Q8_0): an item of one pair (T = 1) runs a chunk body that updates only the
 //                  accumulators of pair column 0 (staged_sub_block_chunk's ONE; 4 of 8 fma per
 //                  sub-block and row pair), the others the full one; where staged_one_column says
-constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024; fixed on main by the lead, commit it with yours)
-//   kOptEarlyRefill  decoders with the chunk-registers interface (gguf Q8_0 on block sums:
-//                  read_chunk): each lane reads its bytes of the stage's chunk (rows g and g + 8)
-//                  into registers first, then the stage is refilled, then the chunk is decoded from
-//                  the registers, so the ring's S stages are all in flight during the decode (were:
-//                  S - 1; the registers hold one more chunk per lane); where staged_early_refill says
-constexpr int kOptEarlyRefill = 4096;
+constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
+// Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
+// has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
+// stage refilled before the chunk's decode, so both stages of the ring stay in flight (T=1, x the
+// ceiling: deepseek-v3 0.64 -> 0.61 with the one-column body alone, 0.55 with the full one;
+// qwen3-30b-a3b 0.42 -> 0.38), and with it an L2 bulk prefetch of each row 1, 2 or 4 chunks past
+// the one a stage copies (deepseek-v3 0.61 -> 0.49-0.50).
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
@@ -1083,78 +1079,6 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The chunk's 32- or 16-value sub-blocks on float32 sums into a (staged_sub_block_chunk's way for
-// decoders without the scales in the mma): decode(c2, wa, wb) gives rows g and g + 8's pairs of
-// units 2 c2, 2 c2 + 1, scale(j, s0, n0, s1, n1) sub-block j's scale and offset of either row.
-template <class Dec, bool ONE, class Decode, class Scale>
-__device__ __forceinline__ void sub_block_sums(const __nv_bfloat16* xc, float (&a)[4], Decode&& decode, Scale&& scale) {
-    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
-    constexpr int SV = SubBlockValues<Dec>::value;
-    constexpr bool MINS = SubBlockMins<Dec>::value;
-    constexpr int NS = 32 / SV, KS = SV / 16;  // sub-blocks per 32-value unit, k16 steps per sub-block
-#pragma unroll
-    for (int c2 = 0; c2 < 4; ++c2) {
-        uint4 xv[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            if constexpr (SV == 32) {
-                xv[e] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
-            } else {  // values 4 tig .. 4 tig + 3 of the unit's two sub-blocks
-                const uint2 lo = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e)));
-                const uint2 hi = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e) + 16));
-                xv[e] = make_uint4(lo.x, lo.y, hi.x, hi.y);
-            }
-        }
-        constexpr int NW = SplitValues<Dec>::value ? 8 : 4;  // pairs per unit and row
-        static_assert(NW == 4 || SV == 32, "split values: 32-value sub-blocks");
-        uint32_t wa[2][NW], wb[2][NW];
-        decode(c2, wa, wb);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const uint32_t xe[4] = {xv[e].x, xv[e].y, xv[e].z, xv[e].w};
-#pragma unroll
-            for (int t = 0; t < NS; ++t) {  // the unit's sub-blocks, of KS k16 steps each (k = 2 t + i)
-                float P[4], X[4];
-#pragma unroll
-                for (int i = 0; i < KS; ++i) {
-                    const int k = 2 * (KS * t + i);
-                    if (i == 0)
-                        mma_bf16_zero(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
-                    else
-                        mma_bf16_acc(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
-                }
-#pragma unroll
-                for (int i = 0; i < KS && NW == 8; ++i) {  // split values: their second parts, same x
-                    const int k = 2 * (KS * t + i), h = (k + 4) % NW;  // (h: k + 4, in range where NW = 4)
-                    mma_bf16_acc(P, wa[e][h], wb[e][h], wa[e][h + 1], wb[e][h + 1], xe[k], xe[k + 1]);
-                }
-#pragma unroll
-                for (int i = 0; i < KS && MINS; ++i) {  // every row: the sum of x
-                    const int k = 2 * (KS * t + i);
-                    if (i == 0)
-                        mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
-                    else
-                        mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
-                }
-                const int j = NS * (2 * c2 + e) + t;
-                float s0, n0, s1, n1;
-                scale(j, s0, n0, s1, n1);
-                // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
-#pragma unroll
-                for (int i = 0; i < 4; i += ONE ? 2 : 1) {
-                    const float s = i < 2 ? s0 : s1, n = i < 2 ? n0 : n1;
-                    if constexpr (!MINS)
-                        a[i] = fmaf(s, P[i], a[i]);
-                    else if constexpr (SumOffset<Dec>::value != 0)
-                        a[i] = fmaf(s, fmaf(-float(SumOffset<Dec>::value), X[i], P[i]), a[i]);
-                    else
-                        a[i] = fmaf(s, P[i], fmaf(n, X[i], a[i]));
-                }
-            }
-        }
-    }
-}
-
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
 // pair's x from its first value on: kSubBlockLaneValues tig; any pair's where the lane has none),
 // into the lane's accumulators.
@@ -1163,8 +1087,10 @@ __device__ __forceinline__ void sub_block_sums(const __nv_bfloat16* xc, float (&
 template <class Dec, bool ONE = false>
 __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
                                                        int tig, float (&acc)[4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
     constexpr int SV = SubBlockValues<Dec>::value;
     constexpr bool MINS = SubBlockMins<Dec>::value;
+    constexpr int NS = 32 / SV, KS = SV / 16;  // sub-blocks per 32-value unit, k16 steps per sub-block
     static_assert(SV == 32 || SV == 16, "sub-blocks of 32 or 16 values");
     constexpr bool UNITS = UnitScales<Dec>::value;
     static_assert(!UNITS || !MINS, "scales in units of d: no mins");
@@ -1253,46 +1179,74 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     }
     float cs[4] = {0.f, 0.f, 0.f, 0.f};  // with UNITS: the chunk's sums in units of each row's d
     float(&a)[4] = UNITS ? cs : acc;
-    sub_block_sums<Dec, ONE>(
-        xc, a,
-        [&](int c2, auto& wa, auto& wb) {
-            Dec::decode_pair(b0, c2, tig, wa);
-            Dec::decode_pair(b1, c2, tig, wb);
-        },
-        [&](int j, float& s0, float& n0, float& s1, float& n1) {
-            Dec::sub_scale(h0, j, s0, n0);
-            Dec::sub_scale(h1, j, s1, n1);
-        });
+#pragma unroll
+    for (int c2 = 0; c2 < 4; ++c2) {
+        uint4 xv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            if constexpr (SV == 32) {
+                xv[e] = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+            } else {  // values 4 tig .. 4 tig + 3 of the unit's two sub-blocks
+                const uint2 lo = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e)));
+                const uint2 hi = __ldg(reinterpret_cast<const uint2*>(xc + 32 * (2 * c2 + e) + 16));
+                xv[e] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            }
+        }
+        constexpr int NW = SplitValues<Dec>::value ? 8 : 4;  // pairs per unit and row
+        static_assert(NW == 4 || SV == 32, "split values: 32-value sub-blocks");
+        uint32_t wa[2][NW], wb[2][NW];
+        Dec::decode_pair(b0, c2, tig, wa);
+        Dec::decode_pair(b1, c2, tig, wb);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint32_t xe[4] = {xv[e].x, xv[e].y, xv[e].z, xv[e].w};
+#pragma unroll
+            for (int t = 0; t < NS; ++t) {  // the unit's sub-blocks, of KS k16 steps each (k = 2 t + i)
+                float P[4], X[4];
+#pragma unroll
+                for (int i = 0; i < KS; ++i) {
+                    const int k = 2 * (KS * t + i);
+                    if (i == 0)
+                        mma_bf16_zero(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
+                    else
+                        mma_bf16_acc(P, wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], xe[k], xe[k + 1]);
+                }
+#pragma unroll
+                for (int i = 0; i < KS && NW == 8; ++i) {  // split values: their second parts, same x
+                    const int k = 2 * (KS * t + i), h = (k + 4) % NW;  // (h: k + 4, in range where NW = 4)
+                    mma_bf16_acc(P, wa[e][h], wb[e][h], wa[e][h + 1], wb[e][h + 1], xe[k], xe[k + 1]);
+                }
+#pragma unroll
+                for (int i = 0; i < KS && MINS; ++i) {  // every row: the sum of x
+                    const int k = 2 * (KS * t + i);
+                    if (i == 0)
+                        mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
+                    else
+                        mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
+                }
+                const int j = NS * (2 * c2 + e) + t;
+                float s0, n0, s1, n1;
+                Dec::sub_scale(h0, j, s0, n0);
+                Dec::sub_scale(h1, j, s1, n1);
+                // accumulator i: row g + 8 (i / 2), pair column 2 tig + (i & 1); X[i] the column's sum
+#pragma unroll
+                for (int i = 0; i < 4; i += ONE ? 2 : 1) {
+                    const float s = i < 2 ? s0 : s1, n = i < 2 ? n0 : n1;
+                    if constexpr (!MINS)
+                        a[i] = fmaf(s, P[i], a[i]);
+                    else if constexpr (SumOffset<Dec>::value != 0)
+                        acc[i] = fmaf(s, fmaf(-float(SumOffset<Dec>::value), X[i], P[i]), acc[i]);
+                    else
+                        acc[i] = fmaf(s, P[i], fmaf(n, X[i], acc[i]));
+                }
+            }
+        }
+    }
     if constexpr (UNITS) {
         const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
         acc[0] = fmaf(d0, cs[0], acc[0]), acc[1] = fmaf(d0, cs[1], acc[1]);
         acc[2] = fmaf(d1, cs[2], acc[2]), acc[3] = fmaf(d1, cs[3], acc[3]);
     }
-}
-
-// kOptEarlyRefill: the chunk-registers interface, optional, on top of the sub-block one (decoders
-// on 32-value sums with a constant offset: gguf Q8_0; detected by read_chunk):
-//   Chunk read_chunk(b, tig)               the lane's bytes of a row's chunk at b in the ring (what
-//                                          decode_pair and sub_scale read there), into registers
-//   decode_pair_chunk(chunk, c2, w)        decode_pair from them
-//   sub_scale_chunk(chunk, j, s, n)        sub_scale from them
-FTW_HAS_MEMBER(ChunkRegs, read_chunk);
-
-// staged_sub_block_chunk from the lane's bytes of rows g (r0) and g + 8 (r1) in registers
-template <class Dec, bool ONE = false>
-__device__ __forceinline__ void staged_sub_block_chunk_regs(const typename Dec::Chunk& r0, const typename Dec::Chunk& r1,
-                                                            const __nv_bfloat16* xc, float (&acc)[4]) {
-    static_assert(!UnitScales<Dec>::value && !ScaledInts<Dec>::value, "chunk registers: the sub-block sums' own scales");
-    sub_block_sums<Dec, ONE>(
-        xc, acc,
-        [&](int c2, auto& wa, auto& wb) {
-            Dec::decode_pair_chunk(r0, c2, wa);
-            Dec::decode_pair_chunk(r1, c2, wb);
-        },
-        [&](int j, float& s0, float& n0, float& s1, float& n1) {
-            Dec::sub_scale_chunk(r0, j, s0, n0);
-            Dec::sub_scale_chunk(r1, j, s1, n1);
-        });
 }
 
 // ---- byte streams as signed integers with scales on float32 sums (gguf IQ types) ------------
@@ -1383,7 +1337,7 @@ template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
                                       : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
                                                                                         : 5)
-    experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts, const int l2ahead) {
+    experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
     constexpr int V = Dec::VEC;
     constexpr int NR = V / 2;  // bf16x2 registers per 16-byte unit
     constexpr int NX = NR / 4;  // 16-byte loads of x per unit
@@ -1402,10 +1356,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
                   "unit columns: the lean producer, act in pair order, a decoder with the interface");
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
-    // kOptEarlyRefill with kOptOneColumn: launched at T = 1 only, every item's pairs token 0's, so
-    // every pair column sums the same x: every chunk runs the one-column body, and the epilogue
-    // takes each pair's sums from column 2 tig (accumulators 0 and 2)
-    constexpr bool ONLY_ONE = (OPT & kOptEarlyRefill) != 0 && (OPT & kOptOneColumn) != 0;
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
     if (PH == 0) phase0_wait();
@@ -1536,17 +1486,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             cp_async16(ring_s + (d * SU + t * PI + v) * 16, first + min(v, max(count - 1, 0)),
                                        ok ? 16 : 0);
                         }
-                    }
-                    if constexpr ((OPT & kOptEarlyRefill) != 0) {
-                        // l2ahead > 0: the warp's chunk l2ahead chunks further of each row, into the L2
-                        // (one bulk prefetch per row, by lanes 0, 8, 16, 24; its 16-byte-aligned whole
-                        // chunks: the chunk-registers decoders' rows)
-                        static_assert(Dec::kChunkBytes % 16 == 0, "whole chunks of 16-byte pieces");
-                        const int ca = c + l2ahead;
-                        if (l2ahead > 0 && (lane & 7) == 0 && ca < min(nchunks, pc0 + cpw))
-#pragma unroll
-                            for (int k = 0; k < 4; ++k)
-                                if (pwok[k]) prefetch_l2_bulk(pw[k] + int64_t(ca) * Dec::kChunkBytes, Dec::kChunkBytes);
                     }
                 } else {
 #pragma unroll
@@ -1703,7 +1642,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const int i = i0 + d, c = c0 + i;
                 cp_async_wait<S - 1>();  // this lane's copies of stage d have landed
                 __syncwarp();            // and every other lane's
-                bool refilled = false;   // kOptEarlyRefill: stage d refilled before its chunk's decode
                 if (LEAN ? i < nv : count > 0 && i < cpw && c < nchunks) {  // warp-uniform
                     // the chunk's units; full: every unit lies in the row (kOptFull: no per-lane
                     // check, so the stage's decodes and mma chains are one block to schedule)
@@ -1811,17 +1749,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
-                        if constexpr ((OPT & kOptEarlyRefill) != 0) {
-                            static_assert(ChunkRegs<Dec>::value, "early refill: a decoder with read_chunk");
-                            const auto r0 = Dec::read_chunk(b0, tig);
-                            const auto r1 = Dec::read_chunk(b1, tig);
-                            __syncwarp();  // every lane has read stage d (into registers)
-                            produce(d);
-                            refilled = true;
-                            // with kOptOneColumn launched at T = 1 only: the one-column body alone
-                            // (both bodies beside the chunk's registers spill)
-                            staged_sub_block_chunk_regs<Dec, ONLY_ONE>(r0, r1, xc, acc[0]);
-                        } else if constexpr ((OPT & kOptOneColumn) != 0) {
+                        if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1)  // (warp-uniform)
                                 staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
                             else
@@ -1844,10 +1772,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         chunk(std::false_type{});
                     }
                 }
-                if (!refilled) {
-                    __syncwarp();  // every lane has read stage d before it is refilled
-                    produce(d);
-                }
+                __syncwarp();  // every lane has read stage d before it is refilled
+                produce(d);
             }
         }
 
@@ -1897,18 +1823,17 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e], Dec::act_pos(j),
                                                       UC ? __uint_as_float(uint32_t(127 + kUnitColsX) << 23) : 1.f);
                             else
-                                store_activation<Dec>(p, pair, slot, j, acc[tt][ONLY_ONE ? 0 : e], acc[tt][ONLY_ONE ? 2 : 2 + e]);
+                                store_activation<Dec>(p, pair, slot, j, acc[tt][e], acc[tt][2 + e]);
                         }
                     } else {
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             const int r = b * 16 + g + 8 * h;
                             if (r >= p.H) continue;
-                            const float v = acc[tt][2 * h + (ONLY_ONE ? 0 : e)];
                             if (first_part)
-                                add_down_row<Dec>(p, pair, slot, r, v);
+                                add_down_row<Dec>(p, pair, slot, r, acc[tt][2 * h + e]);
                             else
-                                add_down_part<Dec>(p, pair, slot, r, v);
+                                add_down_part<Dec>(p, pair, slot, r, acc[tt][2 * h + e]);
                         }
                     }
                 }
@@ -2276,10 +2201,6 @@ StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, in
     return shape(KS);
 }
 
-// kOptEarlyRefill's kernels: how many chunks past the one each stage copies a warp's rows are
-// prefetched into the L2 (FTW_CUDA_STAGED_L2AHEAD, 0..8; 0: none, the default; read at every launch)
-inline int staged_l2_ahead() { return std::clamp(env_int("FTW_CUDA_STAGED_L2AHEAD", 0), 0, 8); }
-
 // The fewest chunks of a part of down's items for the parts rule below: S (a part fills the
 // ring), or FTW_CUDA_STAGED_PART_MIN's (1..S; benchmarks: at the qwen3-30b-a3b size, fp4 down rows
 // of 3 chunks, S = 4 refuses every split).
@@ -2357,8 +2278,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         }
     }
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream,
-                  PH == 1 ? programmatic_launch() : phase0_programmatic(), p, nbands, sh.cpw, nparts,
-                  (OPT & kOptEarlyRefill) != 0 ? staged_l2_ahead() : 0);  // overlaps phase 0's tail
+                  PH == 1 ? programmatic_launch() : phase0_programmatic(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
 // The staged kernel of 16-byte-unit rows at OPT, with kOptScale2 for decoders with a decode_v1
@@ -2465,12 +2385,6 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
     }
 }
 
-// kOptEarlyRefill (decoders with read_chunk: gguf Q8_0 on block sums) where FTW_CUDA_STAGED_REFILL=early
-// (read at every launch); by default the stage is kept until its chunk is decoded: measured faster
-// (H200, x the ceiling, T=1 / T=8 same experts; docs/BENCHMARKS.md "Q8"): deepseek-v3 0.64 against
-// 0.61 (one-column body) / 0.54 against 0.45, qwen3-30b-a3b 0.42 / 0.37 against 0.38 / 0.33
-inline bool staged_early_refill() { return env_is("FTW_CUDA_STAGED_REFILL", "early"); }
-
 // The decode kernel of a phase: the decoder's default (kStaged), or FTW_CUDA_DECODE=classic /
 // =staged for every decoder with the staged interface (benchmarks compare them in one run).
 template <class Dec>
@@ -2557,18 +2471,8 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {
                     if constexpr (kSums32<Dec>) {
-                        if (stages == 2 && staged_one_column(p, PH)) {
-                            if constexpr (ChunkRegs<Dec>::value) {  // (T > 1: this kernel, refilled late)
-                                if (staged_early_refill() && p.T == 1)
-                                    return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptOneColumn | kOptEarlyRefill>(
-                                        p, stream);
-                            }
+                        if (stages == 2 && staged_one_column(p, PH))
                             return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptOneColumn>(p, stream);
-                        }
-                    }
-                    if constexpr (ChunkRegs<Dec>::value) {
-                        if (stages == 2 && staged_early_refill())
-                            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptEarlyRefill>(p, stream);
                     }
                     if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
                     if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);

@@ -913,48 +913,6 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
             }
         }
     }
-    // The chunk-registers interface (the staged kernel's kOptEarlyRefill): the lane's quants of the
-    // chunk's 8 blocks, realigned as decode_pair does (16 words), and the blocks' d as f16 pairs
-    // (4 words: d of block 2 i in the low half of word 17 i, of block 2 i + 1 in the high half of
-    // word 17 i + 8), read from the ring at once, so that the stage can be refilled before the decode
-    struct Chunk {
-        uint32_t q[8][2];
-        uint32_t d[4];
-    };
-    __device__ static Chunk read_chunk(const uint8_t* b, int tig) {
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(b);
-        const uint32_t* a = w + 2 * tig;
-        Chunk r;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int o = 34 * j + 2;  // block j's quants (this lane's from o + 8 tig)
-            if (o % 4 == 0) {
-                r.q[j][0] = a[o >> 2], r.q[j][1] = a[(o >> 2) + 1];
-            } else {
-                const uint32_t w0 = a[o >> 2], w1 = a[(o >> 2) + 1], w2 = a[(o >> 2) + 2];
-                r.q[j][0] = prmt(w0, w1, 0x5432u), r.q[j][1] = prmt(w1, w2, 0x5432u);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) r.d[i] = prmt(w[17 * i], w[17 * i + 8], 0x7610u);
-        return r;
-    }
-    __device__ static void sub_scale_chunk(const Chunk& r, int j, float& s, float& n) {
-        s = half_bits(r.d[j >> 1] >> (16 * (j & 1)));
-        n = -2304.f * s;
-    }
-    __device__ static void decode_pair_chunk(const Chunk& r, int c2, uint32_t (&w)[2][8]) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const uint32_t q = r.q[2 * c2 + e][i];
-                const uint32_t lo = q & 0x0F0F0F0Fu, hi = ((q >> 4) & 0x0F0F0F0Fu) ^ 0x08080808u;
-                w[e][2 * i] = prmt(lo, 0x43u, 0x4140u), w[e][2 * i + 1] = prmt(lo, 0x43u, 0x4342u);
-                w[e][4 + 2 * i] = prmt(hi, 0x45u, 0x4140u), w[e][5 + 2 * i] = prmt(hi, 0x45u, 0x4342u);
-            }
-        }
-    }
 };
 
 // the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
@@ -2420,18 +2378,8 @@ FTW_HAS_MEMBER(HasDecodeScaled, decode_scaled);
 FTW_HAS_MEMBER(HasDecodeWide, decode_wide);
 template <class F>
 constexpr bool kHasChunkD = HasUnitScale<F>::value || HasDecodeScaled<F>::value;
-// the chunk-registers interface where Fast<T> has it (Q8_0; the staged kernel's kOptEarlyRefill)
-template <class F, bool = ChunkRegs<F>::value>
-struct ChunkRegsOf {};
-template <class F>
-struct ChunkRegsOf<F, true> {
-    using Chunk = typename F::Chunk;
-    __device__ static Chunk read_chunk(const uint8_t* b, int tig) { return F::read_chunk(b, tig); }
-    __device__ static void sub_scale_chunk(const Chunk& r, int j, float& s, float& n) { F::sub_scale_chunk(r, j, s, n); }
-    __device__ static void decode_pair_chunk(const Chunk& r, int c2, uint32_t (&w)[2][8]) { F::decode_pair_chunk(r, c2, w); }
-};
 template <class Dec, bool ChunkD = false, bool Wide = false>
-struct SubBlockRows : Dec, ChunkRegsOf<typename Dec::F> {
+struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static constexpr bool kSubBlocks = true;
     static constexpr int kSubBlockValues = SubBlockValues<F>::value;
