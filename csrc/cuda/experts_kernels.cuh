@@ -966,6 +966,12 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 //                  accumulators of pair column 0 (staged_sub_block_chunk's ONE; 4 of 8 fma per
 //                  sub-block and row pair), the others the full one; where staged_one_column says
 constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
+// Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
+// has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
+// stage refilled before the chunk's decode, so both stages of the ring stay in flight (T=1, x the
+// ceiling: deepseek-v3 0.64 -> 0.61 with the one-column body alone, 0.55 with the full one;
+// qwen3-30b-a3b 0.42 -> 0.38), and with it an L2 bulk prefetch of each row 1, 2 or 4 chunks past
+// the one a stage copies (deepseek-v3 0.61 -> 0.49-0.50).
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
 FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
