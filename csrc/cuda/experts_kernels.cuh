@@ -971,9 +971,9 @@ constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
 //                  pointer (pw[k] + 16 v, v = lane & 7) plus the chunk's byte offset, masked to
 //                  16 bytes: no 64-bit end of row, no count of pieces; only a span's last piece
 //                  may lie past the chunk (checked against the address's low 4 bits, the source
-//                  then the piece before it, 0 bytes). Producer per stage (Q3_K, 4 rows of one
-//                  copy per lane): 77 -> see docs/BENCHMARKS.md "Q3" (FTW_CUDA_STAGED_WHOLECOPY=0:
-//                  the kOptCopy32 copies)
+//                  then the piece before it, 0 bytes). SASS of the producer per stage (Q3_K,
+//                  4 rows of one copy per lane): 77 -> 51 instructions (docs/BENCHMARKS.md "Q3";
+//                  FTW_CUDA_STAGED_WHOLECOPY=0: the kOptCopy32 copies)
 constexpr int kOptWholeCopy = 4096;
 
 FTW_HAS_MEMBER(HasDecodeV0, decode_v0);
