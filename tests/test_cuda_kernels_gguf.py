@@ -453,11 +453,11 @@ def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_
 
 
 # The staged decoders on float32 sums (K-quants, Q8_0, the IQ types) copying each row's chunk from
-# the lane's piece address plus the chunk's offset (kOptWholeCopy, the default ""; =0 in
-# FTW_CUDA_STAGED_WHOLECOPY: kOptCopy32's counted copies), and Q3_K's aligned chunk body (the default
-# ""; FTW_GGUF_CUDA_ALIGNED=0 never), at rings of 2, 3 and 4 stages
-@pytest.mark.parametrize("whole, aligned, stages", [("", "", ""), ("", "", "3"), ("", "", "4"), ("0", "", ""),
-                                                    ("", "0", ""), ("0", "0", "4")])
+# the lane's piece address plus the chunk's offset (FTW_CUDA_STAGED_WHOLECOPY=1: kOptWholeCopy; the
+# default "", kOptCopy32's counted copies), and Q3_K's aligned chunk body (FTW_GGUF_CUDA_ALIGNED=1;
+# the default "" never), at rings of 2, 3 and 4 stages
+@pytest.mark.parametrize("whole, aligned, stages", [("1", "1", ""), ("1", "1", "3"), ("1", "1", "4"), ("1", "", ""),
+                                                    ("", "1", ""), ("", "", "")])
 @pytest.mark.parametrize("types, T, size", [(("Q3_K", "Q3_K", "Q3_K"), 1, {"H": 1024, "I": 512}),
                                             (("Q3_K", "Q3_K", "Q3_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
                                             (("Q3_K", "Q3_K", "Q3_K"), 3, {"H": 768, "I": 256}),
