@@ -90,6 +90,12 @@ VARIANTS["staged-one-0"] = {"FTW_CUDA_STAGED_ONE": "0"}
 VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
 # Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
 VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
+# the decoders on float32 sums (gguf K-quants, Q8_0, IQ types) copying whole-block chunks from the
+# lane's piece address (kOptWholeCopy; off by default: kOptCopy32's counted copies); Q3_K's aligned
+# chunk body; both (Q3's measured form)
+VARIANTS["wholecopy-1"] = {"FTW_CUDA_STAGED_WHOLECOPY": "1"}
+VARIANTS["gguf-aligned-1"] = {"FTW_GGUF_CUDA_ALIGNED": "1"}
+VARIANTS["q3-on"] = {"FTW_CUDA_STAGED_WHOLECOPY": "1", "FTW_GGUF_CUDA_ALIGNED": "1"}
 # gguf Q4_0 / MXFP4: staged (rings of 2 stages) at every size ("0"), or never (register-fed, as
 # before); by default where a phase has at least 12 items per SM (FTW_GGUF_CUDA_STAGED_ITEMS)
 VARIANTS["gguf-staged-items-0"] = {"FTW_GGUF_CUDA_STAGED_ITEMS": "0"}

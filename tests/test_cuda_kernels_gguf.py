@@ -452,6 +452,31 @@ def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_
     check(types, T, [13, sum(map(ord, "".join(types))), len(sub), len(stages), len(chunk_d), 3 * len(wide)], **size)
 
 
+# The staged decoders on float32 sums (K-quants, Q8_0, the IQ types) copying each row's chunk from
+# the lane's piece address plus the chunk's offset (FTW_CUDA_STAGED_WHOLECOPY=1: kOptWholeCopy; the
+# default "", kOptCopy32's counted copies), and Q3_K's aligned chunk body (FTW_GGUF_CUDA_ALIGNED=1;
+# the default "" never), at rings of 2, 3 and 4 stages
+@pytest.mark.parametrize("whole, aligned, stages", [("1", "1", ""), ("1", "1", "3"), ("1", "1", "4"), ("1", "", ""),
+                                                    ("", "1", ""), ("", "", "")])
+@pytest.mark.parametrize("types, T, size", [(("Q3_K", "Q3_K", "Q3_K"), 1, {"H": 1024, "I": 512}),
+                                            (("Q3_K", "Q3_K", "Q3_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
+                                            (("Q3_K", "Q3_K", "Q3_K"), 3, {"H": 768, "I": 256}),
+                                            (("Q2_K", "Q3_K", "Q6_K"), 5, {"H": 1024, "I": 768, "E": 16, "K": 8}),
+                                            (("Q4_K", "Q4_K", "Q8_0"), 2, {"H": 1024, "I": 512}),
+                                            (("IQ3_S", "IQ3_S", "Q5_K"), 4, {"H": 768, "I": 512})])
+def test_whole_block_copies_and_the_aligned_q3_k_body(types, T, size, whole, aligned, stages, monkeypatch):
+    """Against gguf.quants' values. Q3_K's 110-byte blocks: rows of 1024 and 2048 values (440, 880
+    bytes) put every even chunk of every row on a 4-byte boundary and every odd one 2 bytes past
+    (both bodies in one item, in both phases; down rows of 512 values: 2 chunks); rows of 768 and
+    256 values (330, 110 bytes) alternate rows, so no warp's chunk takes the aligned body. The whole
+    copies: blocks of 110, 84, 144, 176 and 110 bytes (IQ3_S) and Q8_0's 8 x 34 (a lane copying
+    three pieces of a row), each span's last piece inside its chunk or not by the address."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_WHOLECOPY", whole)
+    monkeypatch.setenv("FTW_GGUF_CUDA_ALIGNED", aligned)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    check(types, T, [21, sum(map(ord, "".join(types))), T, len(whole), 2 * len(aligned), 3 * len(stages)], **size)
+
+
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied
 # into shared memory per block, by loads and stores with FTW_GGUF_CUDA_TABLES=1, by cp.async with
 # =async, the IQ types' default; Q2_K's four values per 16 in registers, which =1 and =async take

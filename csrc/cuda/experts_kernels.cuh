@@ -966,6 +966,15 @@ constexpr int kOptCopy32 = 2, kOptFull = 4;
 //                  accumulators of pair column 0 (staged_sub_block_chunk's ONE; 4 of 8 fma per
 //                  sub-block and row pair), the others the full one; where staged_one_column says
 constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
+//   kOptWholeCopy  decoders on float32 sums (kSubBlocks, kIntSums: every chunk is whole blocks
+//                  inside the row) copy a chunk by the lane's piece address kept in the row
+//                  pointer (pw[k] + 16 v, v = lane & 7) plus the chunk's byte offset, masked to
+//                  16 bytes: no 64-bit end of row, no count of pieces; only a span's last piece
+//                  may lie past the chunk (checked against the address's low 4 bits, the source
+//                  then the piece before it, 0 bytes). SASS of the producer per stage (Q3_K,
+//                  4 rows of one copy per lane): 77 -> 51 instructions (docs/BENCHMARKS.md "Q3";
+//                  with FTW_CUDA_STAGED_WHOLECOPY=1, staged_whole_copy; else the kOptCopy32 copies)
+constexpr int kOptWholeCopy = 4096;
 // Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
 // has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
 // stage refilled before the chunk's decode, so both stages of the ring stay in flight (T=1, x the
@@ -1084,7 +1093,10 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
 // into the lane's accumulators.
 // ONE: an item of one pair (T = 1), whose only live sums are pair column 0's (lane tig 0's
 // accumulators 0 and 2): no lane updates accumulators 1 and 3 (kOptOneColumn).
-template <class Dec, bool ONE = false>
+// A4: both blocks start on a 4-byte boundary (decoders with kAligned4: their head and decode_scaled
+// with A4 read them so).
+FTW_OPTIONAL_MEMBER(Aligned4, kAligned4, bool, false);
+template <class Dec, bool ONE = false, bool A4 = false>
 __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
                                                        int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
@@ -1094,6 +1106,32 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     static_assert(SV == 32 || SV == 16, "sub-blocks of 32 or 16 values");
     constexpr bool UNITS = UnitScales<Dec>::value;
     static_assert(!UNITS || !MINS, "scales in units of d: no mins");
+    static_assert(!A4 || (Aligned4<Dec>::value && WideLanes<Dec>::value), "the aligned body: wide lanes");
+    if constexpr (A4) {  // (a separate body: Dec::head<A4> exists only for decoders with kAligned4)
+        const auto h0 = Dec::template head<true>(b0);
+        const auto h1 = Dec::template head<true>(b1);
+        float C[2][4];  // sum sc q x (no mins: Q3_K)
+        static_assert(!MINS, "the aligned body: no mins");
+#pragma unroll
+        for (int c2 = 0; c2 < 4; ++c2) {
+            uint32_t wa[2][4], wb[2][4];
+            Dec::template decode_scaled<true>(b0, h0, c2, tig, wa);
+            Dec::template decode_scaled<true>(b1, h1, c2, tig, wb);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
+                if (c2 == 0)
+                    mma_bf16_zero(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
+                else
+                    mma_bf16_acc(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
+                mma_bf16_acc(C[e], wa[e][2], wb[e][2], wa[e][3], wb[e][3], xs.z, xs.w);
+            }
+        }
+        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
+        acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
+        acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
+        return;
+    }
     const auto h0 = Dec::head(b0);
     const auto h1 = Dec::head(b1);
     if constexpr (WideLanes<Dec>::value) {  // the scales in the mma, a lane's 8 values of a unit adjacent
@@ -1351,6 +1389,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
+    constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
+    static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
+                  "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
     constexpr int UG = UnitGroups<Dec>::value;  // kOptUnitCols: scale groups per unit (columns per lane)
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
     static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
@@ -1424,7 +1465,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const uint8_t* w = Dec::weights(p, PH, pslot);
 #pragma unroll
         for (int k = 0; k < 4 * TR; ++k)
-            pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN ? (lane & 7) * 16 : 0);
+            pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN || WC ? (lane & 7) * 16 : 0);
 #pragma unroll
         for (int h = 0; h < 2 * TR; ++h) {
             bool ok;
@@ -1459,6 +1500,28 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         side[d][j][h] = Dec::side(prow[h], uj);
                         if constexpr (CS)
                             cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
+                    }
+                }
+            }
+        } else if constexpr (WC) {
+            if (pi < pnv) {
+                // piece v of row t's chunk: the 16 bytes at (pw[k] + chunk offset) & ~15, which
+                // hold bytes 16 v - lo .. of the chunk (lo: the chunk's address mod 16); pieces
+                // before the span's last always lie in it, the last only where 16 v - lo is
+                // below the chunk's bytes (else 0 bytes, from the piece before it)
+                const uint32_t off = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int t = (lane >> 3) + 4 * k;
+#pragma unroll
+                    for (int m = 0; m < (NCOPY + 7) / 8; ++m) {
+                        const int v = (lane & 7) + 8 * m;
+                        if (NCOPY % 8 != 0 && v >= NCOPY) break;
+                        const uintptr_t a = reinterpret_cast<uintptr_t>(pw[k] + 128 * m) + off;
+                        const bool in = int(uint32_t(a) & 15u) > 16 * v - Dec::kChunkBytes;  // (v >= 1 where not)
+                        const uintptr_t src = (a - (in ? 0u : 16u)) & ~uintptr_t(15);
+                        cp_async16(ring_s + (d * SU + t * PI + v) * 16, reinterpret_cast<const void*>(src),
+                                   in && pwok[k] ? 16 : 0);
                     }
                 }
             }
@@ -1752,6 +1815,13 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1)  // (warp-uniform)
                                 staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
+                            else
+                                staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                        } else if constexpr (Aligned4<Dec>::value) {
+                            // every lane's two blocks on a 4-byte boundary: the aligned body
+                            const uint32_t lows = uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
+                            if (__all_sync(0xffffffffu, (lows & 3u) == 0))
+                                staged_sub_block_chunk<Dec, false, true>(b0, b1, xc, tig, acc[0]);
                             else
                                 staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
                         } else {
@@ -2438,6 +2508,25 @@ void launch_register_fed_step(const KernelParams& p, cudaStream_t stream) {
     check_launch("down kernel");
 }
 
+// The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
+// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages.
+template <class Dec, int PH, int OPT>
+bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
+    if constexpr (kSums32<Dec>) {
+        if (stages == 2 && staged_one_column(p, PH))
+            return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
+    }
+    if (stages == 3) return launch_staged_opt<Dec, PH, 3, OPT>(p, stream), true;
+    if (stages == 2) return launch_staged_opt<Dec, PH, 2, OPT>(p, stream), true;
+    if constexpr (SubBlocks<Dec>::value || IntSums<Dec>::value) return launch_staged_opt<Dec, PH, 4, OPT>(p, stream), true;
+    return false;
+}
+// kOptWholeCopy for the decoders on float32 sums where FTW_CUDA_STAGED_WHOLECOPY=1 (read at every
+// launch). Off by default until its GPU tests have passed on the device: measured faster (H200,
+// docs/BENCHMARKS.md "Q3": deepseek-v3 T=1 Q3_K 0.39x -> 0.41x of the ceiling, Q2_K 0.31x -> 0.33x),
+// but the call that measured it ran out of time before test_whole_block_copies_and_the_aligned_q3_k_body.
+inline bool staged_whole_copy() { return env_is("FTW_CUDA_STAGED_WHOLECOPY", "1"); }
+
 // One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
 // experts_decode (with ClassicOf<Dec>). Each phase chooses for itself (gguf's gate_up and down
 // decoders may differ); phase 0 of either kernel clears out, phase 1 of either waits for all of
@@ -2470,13 +2559,13 @@ void launch_decode(const KernelParams& p, cudaStream_t stream) {
                 const int n = env_int("FTW_CUDA_STAGED_STAGES", 0);
                 const int stages = n >= 2 && n <= 4 ? n : 2;
                 if (sums || byte_stream_opt() == kByteStreamOpt) {
-                    if constexpr (kSums32<Dec>) {
-                        if (stages == 2 && staged_one_column(p, PH))
-                            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptOneColumn>(p, stream);
+                    if constexpr (sums) {
+                        if (staged_whole_copy()) {
+                            launch_byte_stream<Dec, PH, kByteStreamOpt | kOptWholeCopy>(p, stream, stages);
+                            return;
+                        }
                     }
-                    if (stages == 3) return launch_staged_opt<Dec, PH, 3, kByteStreamOpt>(p, stream);
-                    if (stages == 2) return launch_staged_opt<Dec, PH, 2, kByteStreamOpt>(p, stream);
-                    if constexpr (sums) return launch_staged_opt<Dec, PH, 4, kByteStreamOpt>(p, stream);
+                    if (launch_byte_stream<Dec, PH, kByteStreamOpt>(p, stream, stages)) return;
                 }
             }
             if constexpr (!sums) launch_staged<Dec, PH, 4>(p, stream);  // 4 stages: 8 KB of ring per warp (16-byte units)

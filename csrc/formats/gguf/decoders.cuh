@@ -1216,6 +1216,14 @@ struct Ring2 {
     // nothing read past them)
     __device__ float half(int o) const { return half_bits(a[o >> 2] >> sh); }
 };
+// Ring2's interface for a block known to start on a 4-byte boundary (Q3_K's aligned chunks,
+// kAligned4): each word one load, no shift
+struct Ring4 {
+    const uint32_t* a;
+    __device__ explicit Ring4(const uint8_t* b) : a(reinterpret_cast<const uint32_t*>(b)) {}
+    __device__ uint32_t word(int o) const { return a[o >> 2]; }
+    __device__ float half(int o) const { return half_bits(a[o >> 2]); }
+};
 
 // four bytes of x (< 128) as the bf16 pairs (128 + x0, 128 + x1), (128 + x2, 128 + x3)
 __device__ __forceinline__ void biased_pairs(uint32_t x, uint32_t* w) {
@@ -1485,7 +1493,9 @@ struct Fast<Q3_K> {
     static constexpr bool kStaged = true;    // H200: 0.17x at T=1, 0.17x / 0.14x at T=8; 0.20x with ld.shared
     // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
     // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
-    // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run)
+    // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run; with the staged
+    // kernel's whole-block copies and the aligned body, FTW_CUDA_STAGED_WHOLECOPY=1 and
+    // FTW_GGUF_CUDA_ALIGNED=1, off by default until tested on the device: 0.42x / 0.32x against 0.39x / 0.32x)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1533,8 +1543,9 @@ struct Fast<Q3_K> {
         float d, d160;  // d, -160 d
         uint32_t sc[4];
     };
+    template <class R = Ring2>  // (Ring4: a block on a 4-byte boundary)
     __device__ static Head head(const uint8_t* b) {
-        const Ring2 r(b);
+        const R r(b);
         const uint32_t a0 = r.word(96), a1 = r.word(100), a2 = r.word(104);
         Head h;
         h.d = r.half(108), h.d160 = -160.f * h.d;
@@ -1583,9 +1594,16 @@ struct Fast<Q3_K> {
     // sub-block 4 c2 + 2 e + tig / 2: one scale per unit and lane (its byte picked by a selector made
     // once; T and -12 T by a sub and an fma: half of decode_scaled's per value), the values as in
     // decode_scaled from the adjacent hmask words at 8 tig and qs words at 32 + 32h + 8 tig (three
-    // aligned words for two in the ring).
+    // aligned words for two in the ring; with R = Ring4, for a block on a 4-byte boundary, the two).
+    // kAlignedBody: head and decode_wide read through Ring4 where the kernel knows the block aligned
+    // (SubBlockRows' Aligned: at the deepseek-v3 size every other chunk of every row)
+    static constexpr bool kAlignedBody = true;
     __device__ static void decode_wide(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
-        const Ring2 r(b);
+        decode_wide_in<Ring2>(b, hd, c2, tig, w);
+    }
+    template <class R>
+    __device__ static void decode_wide_in(const uint8_t* b, const Head& hd, int c2, int tig, uint32_t (&w)[2][4]) {
+        const R r(b);
         const int h = c2 >> 1;
         const uint32_t hm[2] = {r.word(8 * tig), r.word(8 * tig + 4)};
         const uint32_t qs[2] = {r.word(32 + 32 * h + 8 * tig), r.word(36 + 32 * h + 8 * tig)};
@@ -2376,9 +2394,10 @@ struct ShapedDecoder : Dec {
 FTW_HAS_MEMBER(HasUnitScale, unit_scale);
 FTW_HAS_MEMBER(HasDecodeScaled, decode_scaled);
 FTW_HAS_MEMBER(HasDecodeWide, decode_wide);
+FTW_HAS_MEMBER(HasAlignedBody, kAlignedBody);
 template <class F>
 constexpr bool kHasChunkD = HasUnitScale<F>::value || HasDecodeScaled<F>::value;
-template <class Dec, bool ChunkD = false, bool Wide = false>
+template <class Dec, bool ChunkD = false, bool Wide = false, bool Aligned = false>
 struct SubBlockRows : Dec {
     using F = typename Dec::F;
     static constexpr bool kSubBlocks = true;
@@ -2388,7 +2407,17 @@ struct SubBlockRows : Dec {
     static constexpr bool kScaledInts = ChunkD && HasDecodeScaled<F>::value;
     static constexpr bool kWideLanes = kScaledInts && Wide;
     using Head = typename F::Head;
-    __device__ static Head head(const uint8_t* b) { return F::head(b); }
+    // Aligned (Q3_K with wide lanes: FTW_GGUF_CUDA_ALIGNED=1, aligned_body below): the staged kernel
+    // runs a second chunk body, with A4, where both of a lane's blocks, in every lane, start on a
+    // 4-byte boundary (Ring4: no funnel shift, one load per word)
+    static constexpr bool kAligned4 = Aligned;
+    template <bool A4 = false>
+    __device__ static Head head(const uint8_t* b) {
+        if constexpr (A4)
+            return F::template head<Ring4>(b);
+        else
+            return F::head(b);
+    }
     __device__ static void sub_scale(const Head& h, int j, float& s, float& n) {
         if constexpr (kUnitScales)
             s = F::unit_scale(h, j), n = 0.f;
@@ -2405,8 +2434,11 @@ struct SubBlockRows : Dec {
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
     }
+    template <bool A4 = false>
     __device__ static void decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
-        if constexpr (Wide)
+        if constexpr (Wide && A4)
+            F::template decode_wide_in<Ring4>(b, h, c2, tig, w);
+        else if constexpr (Wide)
             F::decode_wide(b, h, c2, tig, w);
         else
             F::decode_scaled(b, h, c2, tig, w);
@@ -2429,6 +2461,10 @@ bool sub_block_rows(const KernelParams& p, int phase) {
 // whether Q2_K / Q3_K rows with d once per chunk take wide lanes: unless FTW_GGUF_CUDA_WIDE=0
 // (benchmarks, tests; read at every launch)
 inline bool wide_lanes() { return !env_is("FTW_GGUF_CUDA_WIDE", "0"); }
+// whether Q3_K rows with wide lanes take the aligned chunk body too (SubBlockRows' Aligned): where
+// FTW_GGUF_CUDA_ALIGNED=1 (read at every launch). Off by default until its GPU tests have passed on
+// the device (H200, docs/BENCHMARKS.md "Q3": deepseek-v3 T=1 91 -> 87 us with the whole-block copies)
+inline bool aligned_body() { return env_is("FTW_GGUF_CUDA_ALIGNED", "1"); }
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)

@@ -68,8 +68,13 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
                 if (sub_block_scales<U>() && sub_block_rows<U>(p, phase) && !generic_shared_loads<U>()) {
                     if constexpr (kHasChunkD<Fast<U>>) {
                         if constexpr (HasDecodeWide<Fast<U>>::value) {
-                            if (chunk_d() && wide_lanes())
+                            if (chunk_d() && wide_lanes()) {
+                                if constexpr (HasAlignedBody<Fast<U>>::value) {
+                                    if (aligned_body())
+                                        return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, true, true>>(phase, p, stream);
+                                }
                                 return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true, true>>(phase, p, stream);
+                            }
                         }
                         if (chunk_d()) return launch_with<SubBlockRows<TypedDecoder<U, pf, true>, true>>(phase, p, stream);
                     }
