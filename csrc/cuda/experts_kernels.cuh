@@ -1088,6 +1088,24 @@ __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// A chunk's sums with the scales in the mma (kScaledInts; C[e]: sum sc q x per unit parity e, M[e]:
+// with mins sum m x) into the accumulators of rows g (head h0) and g + 8 (h1): d and dmin once per chunk
+template <class Dec, bool MINS, class Head>
+__device__ __forceinline__ void add_chunk_sums(const Head& h0, const Head& h1, const float (&C)[2][4],
+                                               const float (&M)[2][4], float (&acc)[4]) {
+    const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
+    if constexpr (MINS) {
+        const float m0 = -Dec::head_dmin(h0), m1 = -Dec::head_dmin(h1);
+        acc[0] = fmaf(d0, C[0][0] + C[1][0], fmaf(m0, M[0][0] + M[1][0], acc[0]));
+        acc[1] = fmaf(d0, C[0][1] + C[1][1], fmaf(m0, M[0][1] + M[1][1], acc[1]));
+        acc[2] = fmaf(d1, C[0][2] + C[1][2], fmaf(m1, M[0][2] + M[1][2], acc[2]));
+        acc[3] = fmaf(d1, C[0][3] + C[1][3], fmaf(m1, M[0][3] + M[1][3], acc[3]));
+    } else {
+        acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
+        acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
+    }
+}
+
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
 // pair's x from its first value on: kSubBlockLaneValues tig; any pair's where the lane has none),
 // into the lane's accumulators.
@@ -1127,9 +1145,7 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 mma_bf16_acc(C[e], wa[e][2], wb[e][2], wa[e][3], wb[e][3], xs.z, xs.w);
             }
         }
-        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
-        acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
-        acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
+        add_chunk_sums<Dec, false>(h0, h1, C, C, acc);
         return;
     }
     const auto h0 = Dec::head(b0);
@@ -1160,17 +1176,7 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 }
             }
         }
-        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
-        if constexpr (MINS) {
-            const float m0 = -Dec::head_dmin(h0), m1 = -Dec::head_dmin(h1);
-            acc[0] = fmaf(d0, C[0][0] + C[1][0], fmaf(m0, M[0][0] + M[1][0], acc[0]));
-            acc[1] = fmaf(d0, C[0][1] + C[1][1], fmaf(m0, M[0][1] + M[1][1], acc[1]));
-            acc[2] = fmaf(d1, C[0][2] + C[1][2], fmaf(m1, M[0][2] + M[1][2], acc[2]));
-            acc[3] = fmaf(d1, C[0][3] + C[1][3], fmaf(m1, M[0][3] + M[1][3], acc[3]));
-        } else {
-            acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
-            acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
-        }
+        add_chunk_sums<Dec, MINS>(h0, h1, C, M, acc);
         return;
     }
     if constexpr (ScaledInts<Dec>::value) {  // the scales in the mma: chains per unit parity e
@@ -1202,17 +1208,7 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                 }
             }
         }
-        const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
-        if constexpr (MINS) {
-            const float m0 = -Dec::head_dmin(h0), m1 = -Dec::head_dmin(h1);
-            acc[0] = fmaf(d0, C[0][0] + C[1][0], fmaf(m0, M[0][0] + M[1][0], acc[0]));
-            acc[1] = fmaf(d0, C[0][1] + C[1][1], fmaf(m0, M[0][1] + M[1][1], acc[1]));
-            acc[2] = fmaf(d1, C[0][2] + C[1][2], fmaf(m1, M[0][2] + M[1][2], acc[2]));
-            acc[3] = fmaf(d1, C[0][3] + C[1][3], fmaf(m1, M[0][3] + M[1][3], acc[3]));
-        } else {
-            acc[0] = fmaf(d0, C[0][0] + C[1][0], acc[0]), acc[1] = fmaf(d0, C[0][1] + C[1][1], acc[1]);
-            acc[2] = fmaf(d1, C[0][2] + C[1][2], acc[2]), acc[3] = fmaf(d1, C[0][3] + C[1][3], acc[3]);
-        }
+        add_chunk_sums<Dec, MINS>(h0, h1, C, M, acc);
         return;
     }
     float cs[4] = {0.f, 0.f, 0.f, 0.f};  // with UNITS: the chunk's sums in units of each row's d
