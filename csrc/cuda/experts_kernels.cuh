@@ -1106,6 +1106,22 @@ __device__ __forceinline__ void add_chunk_sums(const Head& h0, const Head& h1, c
     }
 }
 
+// Dec's head and decode_scaled, with A4 the forms that read 4-byte-aligned blocks (kAligned4)
+template <class Dec, bool A4>
+__device__ __forceinline__ auto chunk_head(const uint8_t* b) {
+    if constexpr (A4)
+        return Dec::template head<true>(b);
+    else
+        return Dec::head(b);
+}
+template <class Dec, bool A4, class Head>
+__device__ __forceinline__ void chunk_decode_scaled(const uint8_t* b, const Head& h, int c2, int tig, uint32_t (&w)[2][4]) {
+    if constexpr (A4)
+        Dec::template decode_scaled<true>(b, h, c2, tig, w);
+    else
+        Dec::decode_scaled(b, h, c2, tig, w);
+}
+
 // One chunk of rows g (block at b0) and g + 8 (b1) against x's values xc[0..255] (this lane's
 // pair's x from its first value on: kSubBlockLaneValues tig; any pair's where the lane has none),
 // into the lane's accumulators.
@@ -1125,39 +1141,17 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
     constexpr bool UNITS = UnitScales<Dec>::value;
     static_assert(!UNITS || !MINS, "scales in units of d: no mins");
     static_assert(!A4 || (Aligned4<Dec>::value && WideLanes<Dec>::value), "the aligned body: wide lanes");
-    if constexpr (A4) {  // (a separate body: Dec::head<A4> exists only for decoders with kAligned4)
-        const auto h0 = Dec::template head<true>(b0);
-        const auto h1 = Dec::template head<true>(b1);
-        float C[2][4];  // sum sc q x (no mins: Q3_K)
-        static_assert(!MINS, "the aligned body: no mins");
-#pragma unroll
-        for (int c2 = 0; c2 < 4; ++c2) {
-            uint32_t wa[2][4], wb[2][4];
-            Dec::template decode_scaled<true>(b0, h0, c2, tig, wa);
-            Dec::template decode_scaled<true>(b1, h1, c2, tig, wb);
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
-                if (c2 == 0)
-                    mma_bf16_zero(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
-                else
-                    mma_bf16_acc(C[e], wa[e][0], wb[e][0], wa[e][1], wb[e][1], xs.x, xs.y);
-                mma_bf16_acc(C[e], wa[e][2], wb[e][2], wa[e][3], wb[e][3], xs.z, xs.w);
-            }
-        }
-        add_chunk_sums<Dec, false>(h0, h1, C, C, acc);
-        return;
-    }
-    const auto h0 = Dec::head(b0);
-    const auto h1 = Dec::head(b1);
+    static_assert(!A4 || !MINS, "the aligned body: no mins (Q3_K)");
+    const auto h0 = chunk_head<Dec, A4>(b0);
+    const auto h1 = chunk_head<Dec, A4>(b1);
     if constexpr (WideLanes<Dec>::value) {  // the scales in the mma, a lane's 8 values of a unit adjacent
         static_assert(ScaledInts<Dec>::value && SV == 16, "wide lanes: 16-value sub-blocks, scales in the mma");
         float C[2][4], M[2][4];  // sum sc q x; with mins sum m x
 #pragma unroll
         for (int c2 = 0; c2 < 4; ++c2) {
             uint32_t wa[2][4], wb[2][4];
-            Dec::decode_scaled(b0, h0, c2, tig, wa);
-            Dec::decode_scaled(b1, h1, c2, tig, wb);
+            chunk_decode_scaled<Dec, A4>(b0, h0, c2, tig, wa);
+            chunk_decode_scaled<Dec, A4>(b1, h1, c2, tig, wb);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xc + 32 * (2 * c2 + e)));
