@@ -91,8 +91,11 @@ VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
 # Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
 VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # the decoders on float32 sums (gguf K-quants, Q8_0, IQ types) copying whole-block chunks from the
-# lane's piece address (kOptWholeCopy; off by default: kOptCopy32's counted copies); Q3_K's aligned
-# chunk body; both (Q3's measured form)
+# lane's piece address (kOptWholeCopy, the default; "0": kOptCopy32's counted copies); Q3_K's aligned
+# chunk body (the default); "-0" without them, "-1" (as the default) forced on
+VARIANTS["wholecopy-0"] = {"FTW_CUDA_STAGED_WHOLECOPY": "0"}
+VARIANTS["gguf-aligned-0"] = {"FTW_GGUF_CUDA_ALIGNED": "0"}
+VARIANTS["q3-off"] = {"FTW_CUDA_STAGED_WHOLECOPY": "0", "FTW_GGUF_CUDA_ALIGNED": "0"}
 VARIANTS["wholecopy-1"] = {"FTW_CUDA_STAGED_WHOLECOPY": "1"}
 VARIANTS["gguf-aligned-1"] = {"FTW_GGUF_CUDA_ALIGNED": "1"}
 VARIANTS["q3-on"] = {"FTW_CUDA_STAGED_WHOLECOPY": "1", "FTW_GGUF_CUDA_ALIGNED": "1"}

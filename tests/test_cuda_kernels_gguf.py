@@ -453,11 +453,11 @@ def test_16_value_sub_blocks_on_float32_sums(types, T, size, sub, stages, chunk_
 
 
 # The staged decoders on float32 sums (K-quants, Q8_0, the IQ types) copying each row's chunk from
-# the lane's piece address plus the chunk's offset (FTW_CUDA_STAGED_WHOLECOPY=1: kOptWholeCopy; the
-# default "", kOptCopy32's counted copies), and Q3_K's aligned chunk body (FTW_GGUF_CUDA_ALIGNED=1;
-# the default "" never), at rings of 2, 3 and 4 stages
-@pytest.mark.parametrize("whole, aligned, stages", [("1", "1", ""), ("1", "1", "3"), ("1", "1", "4"), ("1", "", ""),
-                                                    ("", "1", ""), ("", "", "")])
+# the lane's piece address plus the chunk's offset (kOptWholeCopy: the default "" and "1";
+# FTW_CUDA_STAGED_WHOLECOPY=0, kOptCopy32's counted copies), and Q3_K's aligned chunk body (the
+# default; FTW_GGUF_CUDA_ALIGNED=0 never), at rings of 2, 3 and 4 stages
+@pytest.mark.parametrize("whole, aligned, stages", [("1", "1", ""), ("1", "1", "3"), ("1", "1", "4"), ("1", "0", ""),
+                                                    ("0", "1", ""), ("0", "0", ""), ("", "", "")])
 @pytest.mark.parametrize("types, T, size", [(("Q3_K", "Q3_K", "Q3_K"), 1, {"H": 1024, "I": 512}),
                                             (("Q3_K", "Q3_K", "Q3_K"), 8, {"H": 2048, "I": 512, "E": 16, "K": 8}),
                                             (("Q3_K", "Q3_K", "Q3_K"), 3, {"H": 768, "I": 256}),
@@ -474,7 +474,7 @@ def test_whole_block_copies_and_the_aligned_q3_k_body(types, T, size, whole, ali
     monkeypatch.setenv("FTW_CUDA_STAGED_WHOLECOPY", whole)
     monkeypatch.setenv("FTW_GGUF_CUDA_ALIGNED", aligned)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
-    check(types, T, [21, sum(map(ord, "".join(types))), T, len(whole), 2 * len(aligned), 3 * len(stages)], **size)
+    check(types, T, [21, sum(map(ord, "".join(types))), T, ["", "0", "1"].index(whole), ["", "0", "1"].index(aligned), len(stages)], **size)
 
 
 # the staged kernel's decode with tables (Fast<T>::decode_tables: the IQ grids and ksigns copied

@@ -973,7 +973,7 @@ constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
 //                  may lie past the chunk (checked against the address's low 4 bits, the source
 //                  then the piece before it, 0 bytes). SASS of the producer per stage (Q3_K,
 //                  4 rows of one copy per lane): 77 -> 51 instructions (docs/BENCHMARKS.md "Q3";
-//                  with FTW_CUDA_STAGED_WHOLECOPY=1, staged_whole_copy; else the kOptCopy32 copies)
+//                  unless FTW_CUDA_STAGED_WHOLECOPY=0, staged_whole_copy; then the kOptCopy32 copies)
 constexpr int kOptWholeCopy = 4096;
 // Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
 // has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
@@ -2511,11 +2511,10 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
     if constexpr (SubBlocks<Dec>::value || IntSums<Dec>::value) return launch_staged_opt<Dec, PH, 4, OPT>(p, stream), true;
     return false;
 }
-// kOptWholeCopy for the decoders on float32 sums where FTW_CUDA_STAGED_WHOLECOPY=1 (read at every
-// launch). Off by default until its GPU tests have passed on the device: measured faster (H200,
-// docs/BENCHMARKS.md "Q3": deepseek-v3 T=1 Q3_K 0.39x -> 0.41x of the ceiling, Q2_K 0.31x -> 0.33x),
-// but the call that measured it ran out of time before test_whole_block_copies_and_the_aligned_q3_k_body.
-inline bool staged_whole_copy() { return env_is("FTW_CUDA_STAGED_WHOLECOPY", "1"); }
+// kOptWholeCopy for the decoders on float32 sums unless FTW_CUDA_STAGED_WHOLECOPY=0 (benchmarks,
+// tests; read at every launch). Measured faster (H200, docs/BENCHMARKS.md "Q3": deepseek-v3 T=1
+// Q3_K 0.39x -> 0.41x of the ceiling, Q2_K 0.31x -> 0.33x)
+inline bool staged_whole_copy() { return !env_is("FTW_CUDA_STAGED_WHOLECOPY", "0"); }
 
 // One decode phase (T <= 8): experts_decode_staged where the decoder chooses it, else
 // experts_decode (with ClassicOf<Dec>). Each phase chooses for itself (gguf's gate_up and down

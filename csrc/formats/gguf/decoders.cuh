@@ -1494,8 +1494,8 @@ struct Fast<Q3_K> {
     // (0.23x, 4 stages, in the run where float32 sub-block sums, SubBlockRows, measured 0.35x;
     // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
     // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run; with the staged
-    // kernel's whole-block copies and the aligned body, FTW_CUDA_STAGED_WHOLECOPY=1 and
-    // FTW_GGUF_CUDA_ALIGNED=1, off by default until tested on the device: 0.42x / 0.32x against 0.39x / 0.32x)
+    // kernel's whole-block copies and the aligned body, by default (FTW_CUDA_STAGED_WHOLECOPY=0 and
+    // FTW_GGUF_CUDA_ALIGNED=0 run without them): 0.42x / 0.32x against 0.39x / 0.32x)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -2407,7 +2407,7 @@ struct SubBlockRows : Dec {
     static constexpr bool kScaledInts = ChunkD && HasDecodeScaled<F>::value;
     static constexpr bool kWideLanes = kScaledInts && Wide;
     using Head = typename F::Head;
-    // Aligned (Q3_K with wide lanes: FTW_GGUF_CUDA_ALIGNED=1, aligned_body below): the staged kernel
+    // Aligned (Q3_K with wide lanes unless FTW_GGUF_CUDA_ALIGNED=0, aligned_body below): the staged kernel
     // runs a second chunk body, with A4, where both of a lane's blocks, in every lane, start on a
     // 4-byte boundary (Ring4: no funnel shift, one load per word)
     static constexpr bool kAligned4 = Aligned;
@@ -2462,9 +2462,9 @@ bool sub_block_rows(const KernelParams& p, int phase) {
 // (benchmarks, tests; read at every launch)
 inline bool wide_lanes() { return !env_is("FTW_GGUF_CUDA_WIDE", "0"); }
 // whether Q3_K rows with wide lanes take the aligned chunk body too (SubBlockRows' Aligned): where
-// FTW_GGUF_CUDA_ALIGNED=1 (read at every launch). Off by default until its GPU tests have passed on
-// the device (H200, docs/BENCHMARKS.md "Q3": deepseek-v3 T=1 91 -> 87 us with the whole-block copies)
-inline bool aligned_body() { return env_is("FTW_GGUF_CUDA_ALIGNED", "1"); }
+// unless FTW_GGUF_CUDA_ALIGNED=0 (benchmarks, tests; read at every launch). Measured faster (H200,
+// docs/BENCHMARKS.md "Q3": deepseek-v3 T=1 91 -> 87 us with the whole-block copies)
+inline bool aligned_body() { return !env_is("FTW_GGUF_CUDA_ALIGNED", "0"); }
 // Whether rows of type T (with the sub-block interface) run on float32 sub-block sums: unless
 // FTW_GGUF_CUDA_SUBBLOCKS=0, or =32 for a type of 16-value sub-blocks; a type with a values table
 // (Q2_K) takes it where FTW_GGUF_CUDA_TABLES=1 | async asks for it (read at every launch)
