@@ -13,7 +13,7 @@ format's stored layout) behind an identity slot table; step s routes to experts 
 (mod E), so consecutive steps read different rows and a row is read again only after all E
 experts' bytes (>= 4x the 60 MB L2 at every size and format) went by. Steps are captured in a
 CUDA graph and timed with CUDA events: after 20 ms of warm-up replays, the median of 5 rounds of
---replays replays (the kernel, each variant and the ceiling alike).
+--replays replays (the kernel, each variant and the ceiling alike, their rounds interleaved).
 
 - effective bandwidth = bytes of the routed experts' rows (every bank: weights, scales,
   globals, biases) / time per step;
@@ -306,43 +306,59 @@ def torch_reference(view: ce.LayerView, x: torch.Tensor, ids: torch.Tensor, wts:
 
 
 # Timed work starts only after WARMUP_S of the same replays: a small step's first replays after an
-# idle host phase (building the layer) ran up to 10% slow (clocks, caches), and that bias fell on
-# whichever was timed first, the kernel, never the ceiling timed right after it. Then ROUNDS timed
-# rounds, their median.
+# idle host phase (building the layer) ran up to 10% slow (clocks, caches). Warm-up alone did not
+# remove the bias of order: at the qwen3 size bf16's default, timed first, read 0.61x of the
+# ceiling where its variant column, the same kernel timed second, read 0.68-0.69x, in two runs
+# (docs/BENCHMARKS.md). So the kernels compared in one run (the default, each variant, the
+# ceiling) are captured first, then timed in interleaved rounds: round r of every kernel before
+# round r + 1 of any, ROUNDS rounds, each kernel's median.
 WARMUP_S, ROUNDS = 0.02, 5
 
 
-def graph_time(steps, replays: int) -> float:
-    """Seconds per step: `steps` (callables) captured in one CUDA graph, replayed: the median of
-    ROUNDS rounds of `replays` replays each, after at least WARMUP_S of warm-up replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in steps:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in steps:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
+class GraphTimer:
+    """`steps` (callables) captured in one CUDA graph; `seconds(n)`: n replays, timed with events."""
 
-    def timed(n: int) -> float:
+    def __init__(self, steps):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for f in steps:
+                f()
+        torch.cuda.current_stream().wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            for f in steps:
+                f()
+        self.graph.replay()
+        torch.cuda.synchronize()
+        self.nsteps = len(steps)
+
+    def seconds(self, n: int) -> float:
         t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0.record()
         for _ in range(n):
-            g.replay()
+            self.graph.replay()
         t1.record()
         torch.cuda.synchronize()
         return t0.elapsed_time(t1) / 1e3
 
-    n, spent = 1, 0.0
-    while spent < WARMUP_S:  # doubling batches of replays until the warm-up time is spent
-        spent += timed(n)
-        n *= 2
-    rounds = sorted(timed(replays) for _ in range(ROUNDS))
-    return rounds[ROUNDS // 2] / (replays * len(steps))
+    def warm_up(self) -> None:
+        n, spent = 1, 0.0
+        while spent < WARMUP_S:  # doubling batches of replays until the warm-up time is spent
+            spent += self.seconds(n)
+            n *= 2
+
+
+def interleaved_times(timers: list[GraphTimer], replays: int) -> list[float]:
+    """Seconds per step of each timer: each warmed up, then ROUNDS interleaved rounds of `replays`
+    replays (round r of every timer before round r + 1 of any); each timer's median round."""
+    rounds = [[] for _ in timers]
+    for r in range(ROUNDS):
+        for i, tm in enumerate(timers):
+            if r == 0:
+                tm.warm_up()
+            rounds[i].append(tm.seconds(replays))
+    return [sorted(rs)[ROUNDS // 2] / (replays * tm.nsteps) for rs, tm in zip(rounds, timers)]
 
 
 def eager_time(fn, reps: int) -> float:
@@ -382,12 +398,11 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
     steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
              for s in range(nsteps)]
-    t = graph_time(steps, replays)
-    t_variants = {}
-    for name in variants:  # other decode kernels (VARIANTS), same steps, same run
-        os.environ.update(VARIANTS[name])
+    timers = [GraphTimer(steps)]
+    for name in variants:  # other decode kernels (VARIANTS), same steps, same run: the env picks
+        os.environ.update(VARIANTS[name])  # the kernels at capture, so the graphs keep them
         try:
-            t_variants[name] = graph_time(steps, replays)
+            timers.append(GraphTimer(steps))
         finally:
             for k in VARIANTS[name]:
                 del os.environ[k]
@@ -396,7 +411,10 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     nchunks = max(1, ceiling_buf.numel() // chunk)
     reads = [lambda i=i: ce.stream_read(ceiling_buf[(i % nchunks) * chunk:(i % nchunks + 1) * chunk], sink)
              for i in range(nsteps)]
-    t_ceiling = graph_time(reads, replays)
+    timers.append(GraphTimer(reads))
+    t, *tv, t_ceiling = interleaved_times(timers, replays)
+    t_variants = dict(zip(variants, tv))
+    del timers
     r = {"T": T, "routing": "same" if same else "independent", "step_bytes": int(step_bytes),
          "us": t * 1e6, "GBps": step_bytes / t / 1e9, "ceiling_us": t_ceiling * 1e6,
          "ceiling_GBps": chunk / t_ceiling / 1e9}
