@@ -117,6 +117,11 @@ VARIANTS.update({f"gguf-intsums-{v}": {"FTW_GGUF_CUDA_INTSUMS": v} for v in ("0"
 # the IQ grids in copies per lane (FTW_GGUF_CUDA_GRID_COPIES: 0 never, the single grid as before;
 # 1 in every phase, also rows of fewer than 8 chunks)
 VARIANTS.update({f"gguf-copies-{v}": {"FTW_GGUF_CUDA_GRID_COPIES": v} for v in ("0", "1")})
+# gguf IQ4_NL / IQ4_XS / MXFP4 values as before (FTW_GGUF_CUDA_VALUES=0: IQ4's levels as two bf16 byte
+# planes times the scale, MXFP4's e2m1 by shifts), against the default (IQ4: the levels plus 128 in
+# one plane and a bf16 fma per pair; MXFP4: a multiply per e2m1 pair); also with every type staged
+VARIANTS["gguf-values-0"] = {"FTW_GGUF_CUDA_VALUES": "0"}
+VARIANTS["gguf-staged-values-0"] = {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_VALUES": "0"}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

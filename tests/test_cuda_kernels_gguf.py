@@ -424,6 +424,49 @@ def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
     check((name, name, name), 8, seed + [8], H=2048, I=512, E=16, K=8)
 
 
+# IQ4_NL, IQ4_XS and MXFP4 values made either way (FTW_GGUF_CUDA_VALUES): "1" (the default,
+# kValueV1; IQ4: the levels plus 128 looked up as one byte plane, each under a zero byte, the bf16
+# pattern of (level + 128) * 2^-133, and one bf16 fma per pair, weights times 2^-62 and the sums
+# times 2^62; MXFP4: e2m1 pairs by one multiply each) and "0" (kValueV0, the decode before: IQ4's
+# levels as two bf16 byte planes times the scale; MXFP4's e2m1 by shifts), in every kernel that
+# decodes them: the default (register-fed, shaped loop; MXFP4 staged at T = 8), staged on rings of
+# 2 and 4 stages, loaded, prefetched; prefill at T = 40
+VALUE_WAYS = [("", ""), ("staged", ""), ("staged", "4"), ("loaded", ""), ("prefetched", "")]
+
+
+@pytest.mark.parametrize("decoder, stages", VALUE_WAYS)
+@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "MXFP4"])
+def test_4_bit_values_either_way(name, decoder, stages, monkeypatch):
+    """Both forms against gguf.quants' values within the tolerance, and against each other: each
+    weight is the same bf16 value (IQ4: level * bf16(scale), rounded once; in form 1 times 2^-62,
+    taken off the float32 sums by 2^62), so the outputs agree to 1e-6 relative; not to the bit,
+    since the down phase adds the experts' shares into out by float atomics in no fixed order
+    (2-7e-8 relative on the H200, as much for MXFP4, whose two forms make the same bits). T = 1;
+    T = 3 in rows ending in a partial chunk (IQ4_XS: rows of 3 and 1 super-blocks); T = 8 over more
+    items than blocks; T = 40."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", decoder)
+    monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
+    partial = {"H": 352, "I": 160} if name != "IQ4_XS" else {"H": 768, "I": 256}
+    for T, size in ((1, {}), (3, partial), (8, {"H": 2048, "I": 512, "E": 16, "K": 8}), (40, {})):
+        H, I, E, K = size.get("H", 512), size.get("I", 256), size.get("E", 8), size.get("K", 4)  # noqa: E741
+        rng = np.random.default_rng([17, TYPES.index(name), VALUE_WAYS.index((decoder, stages)), T])
+        opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+        x, x64 = bf16_x(T, H, rng)
+        ids, wts = routing(T, K, E, rng)
+        ref = reference(opts, banks, H, I, x64, ids, wts)
+        outs = {}
+        for form in ("0", "1"):
+            monkeypatch.setenv("FTW_GGUF_CUDA_VALUES", form)
+            outs[form] = run(opts, banks, x, ids, wts)
+            err = rel_err(outs[form], ref)
+            print(f"gguf cuda accuracy {name} values {form} {decoder or 'default'} {stages or '-'} T={T}: {err:.2e}")
+            assert err < REL_TOL, f"{name} values {form} {decoder} {stages} T={T}: {err:.3g}"
+        a, b = outs["0"].double(), outs["1"].double()
+        diff = float((a - b).norm() / a.norm())
+        print(f"  form 0 against 1: {diff:.2e} relative, {int((a != b).sum())} of {a.numel()} outputs differ")
+        assert diff < 1e-6, f"{name} {decoder} {stages} T={T}: the two forms differ by {diff:.3g}"
+
+
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the

@@ -68,6 +68,7 @@
 #include "core/errors.h"
 #include "cuda/experts.h"
 #include "cuda/experts_kernels.cuh"
+#include "cuda/scaled_units.cuh"  // e2m1x8_raw_mul
 
 // the grids and value tables in global memory read through the L1 (lanes index them divergently,
 // which constant memory would serialise)
@@ -775,6 +776,56 @@ __device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uin
     }
 }
 
+// iq4_values' pairs times 2^-62 (kValueV1), in fewer instructions: one byte plane looked up
+// instead of two, so no interleave of planes and four table words instead of eight. The plane is
+// u = level + 128 (1..241: iq4nl_biased_word*), and a byte u under a zero byte is the bf16 bit
+// pattern of u * 2^-133 exactly (a subnormal up to 127, exponent field 1 from 128 on: one step of
+// 2^-133 throughout). One bf16x2 fma per pair, u * 2^-133 * (dl * 2^71) - 128 dl * 2^-62, gives
+// level * dl * 2^-62 rounded once: both factors exact scalings of bf16(dl) for any f16-sized dl (no
+// overflow, no subnormal), so the bits are iq4_values' times 2^-62 (the decoder's kPost = 2^62
+// scales the float32 sums back). The nibble masks are made once per word of 8 values: 19
+// instructions per 8 values where iq4_values takes 27, and two table words in registers instead
+// of four (docs/BENCHMARKS.md, "IQ4 levels in one biased plane").
+__device__ __forceinline__ void iq4_values_biased(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
+    const uint32_t d = bf16x2_of(dl * 0x1p71f), c = bf16x2_of(dl * -0x1p-55f);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        // per nibble: bits 0..2 index a word pair, bit 3 picks the pair (iq4_lookup's two steps)
+        const uint32_t i = q[k] & 0x77777777u, sel = ((q[k] >> 1) & 0x44444444u) | 0x32103210u;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // bytes l = 4k + 2half, l + 1: u_l, u_l+16, u_l+1, u_l+17
+            const uint32_t ih = i >> (16 * half), sh = sel >> (16 * half);
+            const uint32_t u = prmt(prmt(tb::iq4nl_biased_word0, tb::iq4nl_biased_word1, ih),
+                                    prmt(tb::iq4nl_biased_word2, tb::iq4nl_biased_word3, ih), sh);
+            w[2 * k + half] = bfma2(prmt(u, 0u, 0x4240u), d, c);      // (v_l, v_l+1)
+            w[8 + 2 * k + half] = bfma2(prmt(u, 0u, 0x4341u), d, c);  // (v_l+16, v_l+17)
+        }
+    }
+}
+
+// How IQ4_NL, IQ4_XS and MXFP4 make their values (ValueForm): kValueV1, the default (IQ4: one
+// biased plane and an fma per pair, iq4_values_biased; MXFP4: e2m1 pairs by one multiply each,
+// e2m1x8_raw_mul, and the scale pair by e8m0_bf16x2), or kValueV0, the decode before (IQ4: two
+// planes times dl, iq4_values; MXFP4: e2m1x8_raw's shifts, e8m0_bf16 and a shift), which
+// FTW_GGUF_CUDA_VALUES=0 selects (with_form; rows of type T then run as WithValues<T, 0>). Both
+// forms of a type give the same bf16 weights (IQ4 V1: times 2^-62, which kPost takes off the sums).
+enum ValueForm { kValueV0, kValueV1 };
+template <class T, int F>
+struct WithValues : T {};
+template <int F>
+struct Iq4Values {
+    static constexpr int kValueForm = F;
+    __device__ static void values(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) { iq4_values(q, dl, w); }
+};
+template <>
+struct Iq4Values<kValueV1> {
+    static constexpr int kValueForm = kValueV1;
+    static constexpr float kPost = kTwo62;
+    __device__ static void values(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
+        iq4_values_biased(q, dl, w);
+    }
+};
+
 // The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
 // (d, dmin, scales[12]), as k4_scale_min: bytes j % 4 of the three scale words shifted down once,
 // both forms computed and one selected (12 instructions where selecting a word per byte read took
@@ -947,30 +998,37 @@ struct Fast<Q4_0> : Block18 {
     }
 };
 
-// value = d * kvalues_iq4nl[q]
-template <>
-struct Fast<IQ4_NL> : Block18 {
+// value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
+template <int F>
+struct Iq4NlFast : Block18, Iq4Values<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x, with rings of 2 stages
-    // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped)
+    // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped) (all kValueV0). With
+    // kValueV1 register-fed 0.41x (0.36x in the same run; qwen3-30b-a3b size 0.36x against 0.33x),
+    // staged 0.40x (T=8 same: staged 0.38x, register-fed 0.35x), so still register-fed
     static constexpr bool kShortRing = true;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
-        iq4_values(q, d, w);
+        Iq4Values<F>::values(q, d, w);
     }
 };
+template <>
+struct Fast<IQ4_NL> : Iq4NlFast<kValueV1> {};
 
 // e:e8m0 | qs[16]; 17-byte blocks, any alignment. e2m1 * 2^(e-127) is exact in bf16, so the
 // values are made as the mxfp4 format's are (bf16 bit tricks, weights * 2^-62, post 2^62); exact
 // for e in 63..190 (real checkpoints sit near 120). Nibble order as Q4_0 (value j: low nibble of
 // byte j, j + 16: high), which e2m1x8_raw turns into the pairs permute() matches.
-template <>
-struct Fast<MXFP4> : WholeBlock<17, 1> {
+template <int F>
+struct Mxfp4Fast : WholeBlock<17, 1> {
     static constexpr bool kHas = true;
+    static constexpr int kValueForm = F;
     // register-fed: H200, T=1, 0.42x of the ceiling; staged 0.34x, with rings of 2 stages
     // (kShortRing) 0.42x, T=8 same 0.38x against 0.35x: staged where a phase has many items
     // (kStagedManyItems, staged_for_items; register-fed at the qwen3 size: 0.38x against 0.30x)
+    // (all kValueV0); with kValueV1 staged 0.44x at deepseek-v3 (0.42x in the same run), 0.38x at
+    // the qwen3-30b-a3b size (register-fed, unchanged)
     static constexpr bool kShortRing = true, kStagedManyItems = true;
     static constexpr float kPost = kTwo62;
     __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
@@ -978,12 +1036,21 @@ struct Fast<MXFP4> : WholeBlock<17, 1> {
         span_words(raw.s, v);
         bytes_at<1, 7, true>(v, raw.o, e);
         bytes_at<4, 8, true>(v, raw.o + 1, q);
-        const uint32_t m = e8m0_bf16(e[0] & 0xFFu, 64);  // 2^(e-127) * 2^64: with e2m1's 2^-126, w * 2^-62
-        const uint32_t m2 = m | (m << 16);
+        // 2^(e-127) * 2^64 in both halves: with e2m1's 2^-126, w * 2^-62 (the same bits either way)
+        uint32_t m2;
+        if constexpr (F == kValueV1) {
+            m2 = e8m0_bf16x2(e[0] & 0xFFu, 64);
+        } else {
+            const uint32_t m = e8m0_bf16(e[0] & 0xFFu, 64);
+            m2 = m | (m << 16);
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             uint32_t t[4];  // (v4i, v4i+2), (v4i+16, v4i+18), (v4i+1, v4i+3), (v4i+17, v4i+19)
-            e2m1x8_raw(q[i], t);
+            if constexpr (F == kValueV1)
+                e2m1x8_raw_mul(q[i], t);  // e2m1x8_raw's bits, its shifts by one multiply per pair
+            else
+                e2m1x8_raw(q[i], t);
 #pragma unroll
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
         }
@@ -999,14 +1066,20 @@ struct Fast<MXFP4> : WholeBlock<17, 1> {
         }
     }
 };
+template <>
+struct Fast<MXFP4> : Mxfp4Fast<kValueV1> {};
+template <int F>
+struct Fast<WithValues<MXFP4, F>> : Mxfp4Fast<F> {};
 
 // d:f16 | scales_h:u16 | scales_l[4] | qs[128]; 136-byte blocks, 8-byte aligned: the 8-byte head
 // and the sub-block's 16 nibble bytes
-template <>
-struct Fast<IQ4_XS> {
+template <int F>
+struct Iq4XsFast : Iq4Values<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x, with rings of 2 stages
-    // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped)
+    // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped) (all kValueV0). With
+    // kValueV1 register-fed 0.42x (0.35x in the same run; qwen3-30b-a3b size 0.38x against 0.33x),
+    // staged 0.39x (T=8 same: staged 0.37x, register-fed 0.35x), so still register-fed
     static constexpr bool kShortRing = true;
     struct Raw {
         uint2 head, q0, q1;
@@ -1025,9 +1098,16 @@ struct Fast<IQ4_XS> {
         const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
         const float dl = d * float(ls - 32);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
-        iq4_values(q, dl, w);
+        Iq4Values<F>::values(q, dl, w);
     }
 };
+template <>
+struct Fast<IQ4_XS> : Iq4XsFast<kValueV1> {};
+// rows of IQ4_NL / IQ4_XS with their values made the other way (FTW_GGUF_CUDA_VALUES, with_form)
+template <int F>
+struct Fast<WithValues<IQ4_NL, F>> : Iq4NlFast<F> {};
+template <int F>
+struct Fast<WithValues<IQ4_XS, F>> : Iq4XsFast<F> {};
 
 // ---- Q4_K / Q5_K on float32 sub-block sums (the staged kernel's kSubBlocks interface) ---------
 //
@@ -2244,6 +2324,7 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 
 FTW_OPTIONAL_MEMBER(HasPrefetch, kPrefetch, bool, false);
 FTW_OPTIONAL_MEMBER(MinFormOf, kMinForm, int, -1);  // Fast<T>::kMinForm, -1 for a type without mins
+FTW_OPTIONAL_MEMBER(ValueFormOf, kValueForm, int, -1);  // Fast<T>::kValueForm, -1 for a type of one form
 
 template <class T>
 struct Tag {
@@ -2251,7 +2332,8 @@ struct Tag {
 };
 
 // g(Tag<T>), or g(Tag<WithMin<T, form>>) for a type with mins where FTW_GGUF_CUDA_MIN names the
-// form it does not take by default (read at every launch)
+// form it does not take by default, or g(Tag<WithValues<T, form>>) for IQ4_NL / IQ4_XS / MXFP4
+// where FTW_GGUF_CUDA_VALUES names the form they do not take by default (read at every launch)
 template <class T, class G>
 void with_min_form(G&& g) {
     constexpr int kF = MinFormOf<Fast<T>>::value;
@@ -2261,6 +2343,13 @@ void with_min_form(G&& g) {
                       : env_is("FTW_GGUF_CUDA_MIN", "shift") ? kMinShift
                                                              : kF;
         if (f != kF) return g(Tag<WithMin<T, 1 - kF>>{});
+    }
+    if constexpr (ValueFormOf<Fast<T>>::value >= 0) {  // IQ4_NL, IQ4_XS, MXFP4: FTW_GGUF_CUDA_VALUES=0|1
+        constexpr int kF = ValueFormOf<Fast<T>>::value;
+        const int f = env_is("FTW_GGUF_CUDA_VALUES", "0")   ? kValueV0
+                      : env_is("FTW_GGUF_CUDA_VALUES", "1") ? kValueV1
+                                                            : kF;
+        if (f != kF) return g(Tag<WithValues<T, 1 - kF>>{});
     }
     g(Tag<T>{});
 }

@@ -82,6 +82,13 @@ def header() -> str:
         out.append(f"// byte {shift // 8} of bf16(iq4nl_values[q]) as byte q % 4 of word q / 4 (little-endian)")
         for i, w in enumerate(((bf16 >> shift) & 0xFF).astype(np.uint8).view("<u4")):
             out.append(f"inline constexpr uint32_t iq4nl_bf16_{part}_word{i} = 0x{int(w):08X}u;")
+    # the levels plus 128 (1..241: a byte each), four to a word: a byte b < 256 with a zero byte above
+    # it is the bf16 bit pattern of b * 2^-133 (subnormal up to 127, then exponent field 1)
+    biased = np.array(quants.IQ4_NL.kvalues, dtype=np.int16) + 128
+    assert biased.min() >= 0 and biased.max() <= 255
+    out.append("// iq4nl_values[q] + 128 as byte q % 4 of word q / 4 (little-endian)")
+    for i, w in enumerate(biased.astype(np.uint8).view("<u4")):
+        out.append(f"inline constexpr uint32_t iq4nl_biased_word{i} = 0x{int(w):08X}u;")
     out.append("")
     for cname, cls in GRIDS.items():
         g = grid_values(cls)
