@@ -318,8 +318,9 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
 
 
 # Items of one pair with each lane of a quad on sub-blocks of its own (kOptLaneBlocks, in the
-# one-column kernel: FTW_CUDA_STAGED_LANES=1 on at any T, for Q8_0 too; "0" the one-column body)
-LANES = ["1", "0"]
+# one-column kernel: FTW_CUDA_STAGED_LANES=1 at any T, for Q8_0 too, a lane's sub-blocks in one
+# column; "2" in two columns, kOptLaneCols, the default's form at T = 1; "0" the one-column body)
+LANES = ["1", "2", "0"]
 
 
 @pytest.mark.parametrize("lanes", LANES)
@@ -337,7 +338,7 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
     monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
     monkeypatch.setenv("FTW_CUDA_STAGED_LANES", lanes)
     size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
-    check(types, T, [23, T, sum(map(ord, "".join(types))), LANES.index(lanes)], **size)
+    check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
 
 
 # Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
