@@ -88,6 +88,13 @@ VARIANTS["gguf-q8-sums-0"] = {"FTW_GGUF_CUDA_Q8_SUMS": "0"}
 # default in phases of at least 12 16-row items per SM): "0" never (the full body), "1" always
 VARIANTS["staged-one-0"] = {"FTW_CUDA_STAGED_ONE": "0"}
 VARIANTS["staged-one-1"] = {"FTW_CUDA_STAGED_ONE": "1"}
+# gguf Q4_K, Q5_K at T = 1 (the default: each lane of a quad on sub-blocks of its own, in two columns,
+# kOptLaneBlocks | kOptLaneCols): lanes-0 the one-column body; lanes-1 / lanes-2 the lane blocks in one
+# / two columns also for Q8_0 and at T > 1; with the one-column kernel forced at every size
+VARIANTS["lanes-0"] = {"FTW_CUDA_STAGED_LANES": "0"}
+VARIANTS["lanes-1"] = {"FTW_CUDA_STAGED_LANES": "1"}
+VARIANTS["lanes-2"] = {"FTW_CUDA_STAGED_LANES": "2"}
+VARIANTS["staged-one-1-lanes-0"] = {"FTW_CUDA_STAGED_ONE": "1", "FTW_CUDA_STAGED_LANES": "0"}
 # Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
 VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # the decoders on float32 sums (gguf K-quants, Q8_0, IQ types) copying whole-block chunks from the

@@ -317,6 +317,30 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
     check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
 
 
+# Items of one pair with each lane of a quad on sub-blocks of its own (kOptLaneBlocks, in the
+# one-column kernel: FTW_CUDA_STAGED_LANES=1 at any T, for Q8_0 too, a lane's sub-blocks in one
+# column; "2" in two columns, kOptLaneCols, the default's form at T = 1; "0" the one-column body)
+LANES = ["1", "2", "0"]
+
+
+@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 1, {}), (("Q4_K", "Q4_K", "Q4_K"), 8, {}),
+                                            (("Q5_K", "Q5_K", "Q5_K"), 1, {}), (("Q5_K", "Q5_K", "Q5_K"), 8, {}),
+                                            (("Q8_0", "Q8_0", "Q8_0"), 1, {}), (("Q8_0", "Q8_0", "Q8_0"), 8, {}),
+                                            (("Q4_K", "Q4_K", "Q5_K"), 1, {"H": 2048, "I": 512, "K": 8}),
+                                            (("Q8_0", "Q8_0", "Q4_K"), 1, {"H": 2048, "I": 768, "E": 8, "K": 8}),
+                                            (("Q5_K", "Q5_K", "Q8_0"), 1, {"H": 1024, "I": 1024, "K": 6})])
+def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
+    """The one-column kernel forced: at T = 1 every item is one pair (the lane-blocks body, or the
+    one-column body with "0"); T = 8 with independent routings of 2 of 16 experts puts items of one
+    pair beside items of several (the full body) in one launch; rows of 2, 3, 4 and 8 chunks, several
+    warps splitting a row (H = 2048: the per-item quad sums before the warps' reduction)."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
+    monkeypatch.setenv("FTW_CUDA_STAGED_LANES", lanes)
+    size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
+    check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
+
+
 # Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
 # default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
 PARTS = ["", "1"]

@@ -975,6 +975,19 @@ constexpr int kOptOneColumn = 2048;  // (a bit of its own: kOptUnitCols is 1024)
 //                  4 rows of one copy per lane): 77 -> 51 instructions (docs/BENCHMARKS.md "Q3";
 //                  unless FTW_CUDA_STAGED_WHOLECOPY=0, staged_whole_copy; then the kOptCopy32 copies)
 constexpr int kOptWholeCopy = 4096;
+//   kOptLaneBlocks with kOptOneColumn, decoders with the lane-blocks interface (gguf Q4_K, Q5_K:
+//                  kLaneBlocks): an item of one pair (T = 1) runs staged_sub_block_lanes instead of
+//                  the one-column body: each lane of a quad decodes sub-blocks of its own (lane tig:
+//                  2 tig and 2 tig + 1 of the chunk), and only the B lanes (2 tig, tig) supply x,
+//                  the others zeros (lane_zeros), so the mma's column 2 tig sums lane tig's
+//                  sub-blocks alone (kOptUnitCols' layout) and each lane applies the scales and mins
+//                  of its 2 sub-blocks per row instead of all 8; the quad's lanes are summed once
+//                  per item (shuffles). Where staged_lane_blocks says (Q4_K, Q5_K at T = 1), with
+//                  kOptLaneCols but for FTW_CUDA_STAGED_LANES=1
+constexpr int kOptLaneBlocks = 8192;
+//   kOptLaneCols   with kOptLaneBlocks: lane tig's two sub-blocks in columns 2 tig and 2 tig + 1
+//                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
+constexpr int kOptLaneCols = 16384;
 // Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
 // has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
 // stage refilled before the chunk's decode, so both stages of the ring stay in flight (T=1, x the
@@ -1274,6 +1287,127 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
         const float d0 = Dec::head_d(h0), d1 = Dec::head_d(h1);
         acc[0] = fmaf(d0, cs[0], acc[0]), acc[1] = fmaf(d0, cs[1], acc[1]);
         acc[2] = fmaf(d1, cs[2], acc[2]), acc[3] = fmaf(d1, cs[3], acc[3]);
+    }
+}
+
+// kOptLaneBlocks' chunk body (an item of one pair, T = 1): lane (g, tig) decodes sub-blocks 2 tig + e
+// (e = 0, 1) of rows g (block at b0) and g + 8 (b1), 8 values per step pair p (decode_lane: w[e][0..3]
+// the pairs of values 8 p .. 8 p + 7), and in each mma its A values are its own sub-block's; the B
+// lane (2 tig, tig) gives x of lane tig's sub-blocks (xl: the chunk's values 64 tig .. 64 tig + 63),
+// every other lane zeros (xl: lane_zeros), so column 2 tig of P (and of X, the sum of x: an mma with
+// a row of ones) holds sub-block 2 tig + e's sums of rows g (P[e][0]) and g + 8 (P[e][2]) alone.
+// Each lane then applies its own sub-blocks' s and n (lane_scale: as sub_scale, the same float32
+// arithmetic) into acc[0] and acc[2], per chunk 4 (row, sub-block) terms where the one-column body
+// takes 16 in every lane; the quad's lanes are summed once per item (the kernel's shuffles).
+// Interface (optional, on top of the sub-block one; kLaneBlocks):
+//   LaneHead lane_head(b, tig)           what lane_scale needs of a row's head for sub-blocks
+//                                        2 tig, 2 tig + 1
+//   lane_scale(h, e, s, n)               sub-block 2 tig + e's s and n (e a constant after unrolling)
+//   decode_lane(b, tig, p, w[2][4])      the lane's values 8 p .. 8 p + 7 of sub-blocks 2 tig + e;
+//                                        with kSplitValues w[2][8], as decode_pair's (gguf Q8_0,
+//                                        each 32-value block a sub-block: kSumOffset as there)
+FTW_OPTIONAL_MEMBER(LaneBlocks, kLaneBlocks, bool, false);
+FTW_OPTIONAL_MEMBER(LaneBlocksDefault, kLaneBlocksDefault, bool, true);  // (staged_lane_blocks)
+// 64 bf16 zeros: the x of the lanes that supply none (kOptLaneBlocks)
+static __device__ __align__(16) const uint4 kLaneZeros[8] = {};
+__device__ __forceinline__ const __nv_bfloat16* lane_zeros() { return reinterpret_cast<const __nv_bfloat16*>(kLaneZeros); }
+template <class Dec>
+__device__ __forceinline__ void staged_sub_block_lanes(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xl,
+                                                       int tig, float (&acc)[4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
+    static_assert(SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value, "32-value sub-blocks with mins");
+    constexpr int NW = SplitValues<Dec>::value ? 8 : 4;  // pairs per step pair and row (split values: two sets)
+    const auto h0 = Dec::lane_head(b0, tig);
+    const auto h1 = Dec::lane_head(b1, tig);
+    float P[2][4], X[2][4];  // [e]: sub-block 2 tig + e in column 2 tig
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        uint32_t wa[2][NW], wb[2][NW];
+        Dec::decode_lane(b0, tig, p, wa);
+        Dec::decode_lane(b1, tig, p, wb);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xl + 32 * e + 8 * p));
+#pragma unroll
+            for (int k = 0; k < 4; k += 2) {  // steps 2 p (x pairs xs.x, xs.y) and 2 p + 1 (xs.z, xs.w)
+                const uint32_t x0 = k ? xs.z : xs.x, x1 = k ? xs.w : xs.y;
+                if (p == 0 && k == 0) {
+                    mma_bf16_zero(P[e], wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], x0, x1);
+                    mma_bf16_zero(X[e], kOnes, kOnes, kOnes, kOnes, x0, x1);
+                } else {
+                    mma_bf16_acc(P[e], wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], x0, x1);
+                    mma_bf16_acc(X[e], kOnes, kOnes, kOnes, kOnes, x0, x1);
+                }
+                if constexpr (NW == 8)  // split values: their second parts, same x
+                    mma_bf16_acc(P[e], wa[e][k + 4], wb[e][k + 4], wa[e][k + 5], wb[e][k + 5], x0, x1);
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float s0, n0, s1, n1;
+        Dec::lane_scale(h0, e, s0, n0);
+        Dec::lane_scale(h1, e, s1, n1);
+        if constexpr (SumOffset<Dec>::value != 0) {  // as staged_sub_block_chunk's
+            acc[0] = fmaf(s0, fmaf(-float(SumOffset<Dec>::value), X[e][0], P[e][0]), acc[0]);
+            acc[2] = fmaf(s1, fmaf(-float(SumOffset<Dec>::value), X[e][2], P[e][2]), acc[2]);
+        } else {
+            acc[0] = fmaf(s0, P[e][0], fmaf(n0, X[e][0], acc[0]));
+            acc[2] = fmaf(s1, P[e][2], fmaf(n1, X[e][2], acc[2]));
+        }
+    }
+}
+
+// kOptLaneCols: as staged_sub_block_lanes, but the B lanes (2 tig + e, tig) give x of lane tig's
+// sub-block 2 tig + e (xl: the chunk's values 64 tig + 32 e ..), so column 2 tig + e holds x of
+// sub-block 2 tig + e alone: one mma per step sums the ones against both columns (X: 8 mma a chunk
+// instead of 16), P[e]'s column 2 tig + e is sub-block 2 tig + e's sum (its other column, the other
+// sub-block's x against it, is dropped), and a lane loads one 16-byte x per step pair, not two.
+template <class Dec>
+__device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, const uint8_t* b1,
+                                                           const __nv_bfloat16* xl, int tig, float (&acc)[4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
+    static_assert(SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value, "32-value sub-blocks with mins");
+    constexpr int NW = SplitValues<Dec>::value ? 8 : 4;
+    const auto h0 = Dec::lane_head(b0, tig);
+    const auto h1 = Dec::lane_head(b1, tig);
+    float P[2][4], X[4];  // P[e]: sub-block 2 tig + e in column 2 tig + e; X: both columns
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        uint32_t wa[2][NW], wb[2][NW];
+        Dec::decode_lane(b0, tig, p, wa);
+        Dec::decode_lane(b1, tig, p, wb);
+        const uint4 xs = __ldg(reinterpret_cast<const uint4*>(xl + 8 * p));
+#pragma unroll
+        for (int k = 0; k < 4; k += 2) {  // steps 2 p (x pairs xs.x, xs.y) and 2 p + 1 (xs.z, xs.w)
+            const uint32_t x0 = k ? xs.z : xs.x, x1 = k ? xs.w : xs.y;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (p == 0 && k == 0)
+                    mma_bf16_zero(P[e], wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], x0, x1);
+                else
+                    mma_bf16_acc(P[e], wa[e][k], wb[e][k], wa[e][k + 1], wb[e][k + 1], x0, x1);
+                if constexpr (NW == 8)  // split values: their second parts, same x
+                    mma_bf16_acc(P[e], wa[e][k + 4], wb[e][k + 4], wa[e][k + 5], wb[e][k + 5], x0, x1);
+            }
+            if (p == 0 && k == 0)
+                mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
+            else
+                mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float s0, n0, s1, n1;
+        Dec::lane_scale(h0, e, s0, n0);
+        Dec::lane_scale(h1, e, s1, n1);
+        if constexpr (SumOffset<Dec>::value != 0) {  // as staged_sub_block_chunk's
+            acc[0] = fmaf(s0, fmaf(-float(SumOffset<Dec>::value), X[e], P[e][e]), acc[0]);
+            acc[2] = fmaf(s1, fmaf(-float(SumOffset<Dec>::value), X[e], P[e][2 + e]), acc[2]);
+        } else {
+            acc[0] = fmaf(s0, P[e][e], fmaf(n0, X[e], acc[0]));
+            acc[2] = fmaf(s1, P[e][2 + e], fmaf(n1, X[e], acc[2]));
+        }
     }
 }
 
@@ -1803,10 +1937,18 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
                         if constexpr ((OPT & kOptOneColumn) != 0) {
-                            if (count == 1)  // (warp-uniform)
-                                staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
-                            else
+                            if (count == 1) {  // (warp-uniform)
+                                if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
+                                    staged_sub_block_lane_cols<Dec>(
+                                        b0, b1, (g >> 1) == tig ? xsub + int64_t(c) * 256 + 32 * g : lane_zeros(), tig, acc[0]);
+                                else if constexpr ((OPT & kOptLaneBlocks) != 0)  // the B lanes (2 tig, tig): x
+                                    staged_sub_block_lanes<Dec>(
+                                        b0, b1, g == 2 * tig ? xsub + int64_t(c) * 256 + 64 * tig : lane_zeros(), tig, acc[0]);
+                                else
+                                    staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
+                            } else {
                                 staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                            }
                         } else if constexpr (Aligned4<Dec>::value) {
                             // every lane's two blocks on a 4-byte boundary: the aligned body
                             const uint32_t lows = uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
@@ -1837,6 +1979,17 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             }
         }
 
+        // kOptLaneBlocks, an item of one pair: the quad's sub-block sums of rows g and g + 8 (pair
+        // column 0: lane tig 0's acc 0 and 2; every lane holds them)
+        if constexpr ((OPT & kOptLaneBlocks) != 0) {
+            if (count == 1) {  // (warp-uniform)
+#pragma unroll
+                for (int m = 1; m < 4; m <<= 1) {
+                    acc[0][0] += __shfl_xor_sync(0xffffffffu, acc[0][0], m);
+                    acc[0][2] += __shfl_xor_sync(0xffffffffu, acc[0][2], m);
+                }
+            }
+        }
         // UC: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
         if constexpr (UC) {
 #pragma unroll
@@ -2498,13 +2651,38 @@ void launch_register_fed_step(const KernelParams& p, cudaStream_t stream) {
     check_launch("down kernel");
 }
 
+// kOptLaneBlocks in the one-column kernel of the decoders that have it, as measured on the H200
+// (x the ceiling, deepseek-v3 size, T = 1, the one-column body in the same run; docs/BENCHMARKS.md
+// "K4"): call 1, a sub-block per lane's column, Q4_K 0.54 -> 0.56 (87.4 -> 83.5 us), Q5_K 0.56 ->
+// 0.57 (101.5 -> 99.1 us), Q8_0 0.65 level (132.7 -> 132.6 us: its kLaneBlocksDefault is false);
+// call 2, with kOptLaneCols (a lane's two sub-blocks in two columns), Q4_K 87.3 -> 79.5 us (0.54 ->
+// 0.59; one column 83.3), Q5_K 101.2 -> 95.3 (0.56 -> 0.59; one column 99.8). So by default where
+// the decoder chooses it, in two columns, at T = 1 only (every item one pair): at T = 8 same experts
+// the kernel's full body, beside a lane-blocks body, ran slower in both calls (Q4_K 101 -> 115-116
+// us, Q5_K 119 -> 137-142), so T > 1 keeps the kernel without them. FTW_CUDA_STAGED_LANES=2 in two
+// columns, =1 in one, wherever the decoder has it (Q8_0 too) and at any T; =0 never (benchmarks,
+// tests; read at every launch).
+template <class Dec>
+bool staged_lane_blocks(const KernelParams& p) {
+    const char* v = env_or("FTW_CUDA_STAGED_LANES", "");
+    if (*v != 0) return std::strcmp(v, "0") != 0;
+    return LaneBlocksDefault<Dec>::value && p.T == 1;
+}
+
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (kSums32<Dec>) {
-        if (stages == 2 && staged_one_column(p, PH))
+        if (stages == 2 && staged_one_column(p, PH)) {
+            if constexpr (LaneBlocks<Dec>::value && (OPT & kOptWholeCopy) != 0)
+                if (staged_lane_blocks<Dec>(p)) {  // in two columns per lane but with =1
+                    if (env_is("FTW_CUDA_STAGED_LANES", "1"))
+                        return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks>(p, stream), true;
+                    return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptLaneCols>(p, stream), true;
+                }
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
+        }
     }
     if (stages == 3) return launch_staged_opt<Dec, PH, 3, OPT>(p, stream), true;
     if (stages == 2) return launch_staged_opt<Dec, PH, 2, OPT>(p, stream), true;

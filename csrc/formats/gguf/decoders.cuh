@@ -964,6 +964,42 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
             }
         }
     }
+    // the lane-blocks interface (kOptLaneBlocks: staged_sub_block_lanes): lane tig's blocks 2 tig
+    // (d at byte 68 tig, quants from 68 tig + 2: realigned by a prmt per word) and 2 tig + 1 (d at
+    // 68 tig + 34, quants from 68 tig + 36: aligned); values 8 p .. 8 p + 7 split as decode_pair's
+    // (off by default, kLaneBlocksDefault: measured level with the one-column body, H200, deepseek-v3
+    // size, T = 1: 132.6 against 132.7 us, 0.65x the ceiling; FTW_CUDA_STAGED_LANES=1 runs it)
+    static constexpr bool kLaneBlocks = true, kLaneBlocksDefault = false;
+    struct LaneHead {
+        uint32_t d;  // the f16 d of block 2 tig (low half) and of 2 tig + 1 (high half)
+    };
+    __device__ static LaneHead lane_head(const uint8_t* b, int tig) {
+        const uint32_t* a = reinterpret_cast<const uint32_t*>(b) + 17 * tig;
+        return {prmt(a[0], a[8], 0x7610u)};
+    }
+    __device__ static void lane_scale(const LaneHead& h, int e, float& s, float& n) {
+        s = half_bits(e ? h.d >> 16 : h.d);
+        n = -2304.f * s;
+    }
+    __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][8]) {
+        const uint32_t* a = reinterpret_cast<const uint32_t*>(b) + 17 * tig + 2 * p;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            uint32_t q[2];
+            if (e == 0) {  // bytes 68 tig + 2 + 8 p ..: words 0..2 from a, realigned
+                const uint32_t w0 = a[0], w1 = a[1], w2 = a[2];
+                q[0] = prmt(w0, w1, 0x5432u), q[1] = prmt(w1, w2, 0x5432u);
+            } else {  // bytes 68 tig + 36 + 8 p ..: words 9, 10
+                q[0] = a[9], q[1] = a[10];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const uint32_t lo = q[i] & 0x0F0F0F0Fu, hi = ((q[i] >> 4) & 0x0F0F0F0Fu) ^ 0x08080808u;
+                w[e][2 * i] = prmt(lo, 0x43u, 0x4140u), w[e][2 * i + 1] = prmt(lo, 0x43u, 0x4342u);
+                w[e][4 + 2 * i] = prmt(hi, 0x45u, 0x4140u), w[e][5 + 2 * i] = prmt(hi, 0x45u, 0x4342u);
+            }
+        }
+    }
 };
 
 // the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
@@ -1150,6 +1186,32 @@ __device__ __forceinline__ void k_sub_scale(const KHeadOf<W>& h, int j, float& s
     n = fmaf(-128.f, s, fmaf(-h.m, biased_byte(h.mn[j >> 2], j & 3), h.m128));
 }
 
+// The lane-blocks interface (kOptLaneBlocks: staged_sub_block_lanes) of Q4_K / Q5_K: lane tig's
+// sub-blocks 2 tig and 2 tig + 1 (bytes 2 (tig & 1), + 1 of k_head's sc[tig >> 1] and mn[tig >> 1])
+// as the bf16 pairs (128 + sc, 128 + sc') and (128 + mn, 128 + mn'), one prmt each; lane_scale
+// gives k_sub_scale's s and n from them (the same float32 arithmetic)
+struct KLaneHead {
+    float d, d128, m, m128;  // as KHeadOf
+    uint32_t sc, mn;
+};
+__device__ __forceinline__ KLaneHead k_lane_head(const uint8_t* b, int tig) {
+    const uint4 h = *reinterpret_cast<const uint4*>(b);
+    KLaneHead r;
+    r.d = half_bits(h.x), r.m = half_bits(h.x >> 16);
+    r.d128 = -128.f * r.d, r.m128 = 128.f * r.m;
+    const uint32_t sc = tig < 2 ? h.y & 0x3F3F3F3Fu : (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    const uint32_t mn = tig < 2 ? h.z & 0x3F3F3F3Fu : ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    const uint32_t sel = (tig & 1) ? 0x4342u : 0x4140u;
+    r.sc = prmt(sc, 0x43u, sel), r.mn = prmt(mn, 0x43u, sel);
+    return r;
+}
+__device__ __forceinline__ void k_lane_scale(const KLaneHead& h, int e, float& s, float& n) {
+    const float sc = __uint_as_float(e ? h.sc & 0xFFFF0000u : h.sc << 16);
+    const float mn = __uint_as_float(e ? h.mn & 0xFFFF0000u : h.mn << 16);
+    s = fmaf(h.d, sc, h.d128);
+    n = fmaf(-128.f, s, fmaf(-h.m, mn, h.m128));
+}
+
 // bytes of values (< 128) lo (sub-block 2c) and hi (2c + 1) -> the bf16 pairs (128 + v0, 128 + v1),
 // (128 + v2, 128 + v3) of each, at w[.][2i], w[.][2i + 1]
 __device__ __forceinline__ void k_int_pairs(uint32_t lo, uint32_t hi, int i, uint32_t (&w)[2][4]) {
@@ -1208,6 +1270,12 @@ struct Q4KFast {
             k_int_pairs(x & 0x0F0F0F0Fu, (x >> 4) & 0x0F0F0F0Fu, i, w);
         }
     }
+    // the lane-blocks interface (above k_lane_head): sub-blocks 2 tig, 2 tig + 1 are the nibbles of
+    // nibble bytes 32 tig .., values 8 p .. 8 p + 7 of each decode_pair's bytes 8 p .. of pair tig
+    static constexpr bool kLaneBlocks = true;
+    __device__ static KLaneHead lane_head(const uint8_t* b, int tig) { return k_lane_head(b, tig); }
+    __device__ static void lane_scale(const KLaneHead& h, int e, float& s, float& n) { k_lane_scale(h, e, s, n); }
+    __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][4]) { decode_pair(b, tig, p, w); }
 };
 template <>
 struct Fast<Q4_K> : Q4KFast<kMinShift> {};
@@ -1264,6 +1332,22 @@ struct Q5KFast {
             const uint32_t x = i ? q.y : q.x, y = i ? h.y : h.x;
             k_int_pairs((x & 0x0F0F0F0Fu) | (shift_by(y, 4 - 2 * c2) & 0x10101010u),
                         ((x >> 4) & 0x0F0F0F0Fu) | (shift_by(y, 3 - 2 * c2) & 0x10101010u), i, w);
+        }
+    }
+    // the lane-blocks interface (as Q4_K's): nibble bytes 32 tig + 8 p .., and qh bits 2 tig, 2 tig + 1
+    // to bit 4 by a rotation (tig is not a constant; the bit stays in its byte, so no shift's sign)
+    static constexpr bool kLaneBlocks = true;
+    __device__ static KLaneHead lane_head(const uint8_t* b, int tig) { return k_lane_head(b, tig); }
+    __device__ static void lane_scale(const KLaneHead& h, int e, float& s, float& n) { k_lane_scale(h, e, s, n); }
+    __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][4]) {
+        const uint2 q = *reinterpret_cast<const uint2*>(b + 48 + 32 * tig + 8 * p);
+        const uint2 h = *reinterpret_cast<const uint2*>(b + 16 + 8 * p);
+        const uint32_t r = uint32_t(4 - 2 * tig) & 31u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t x = i ? q.y : q.x, y = i ? h.y : h.x;
+            k_int_pairs((x & 0x0F0F0F0Fu) | (__funnelshift_l(y, y, r) & 0x10101010u),
+                        ((x >> 4) & 0x0F0F0F0Fu) | (__funnelshift_l(y, y, r - 1) & 0x10101010u), i, w);
         }
     }
 };
@@ -2519,6 +2603,14 @@ struct SubBlockRows : Dec {
     static constexpr bool kSplitValues = SplitValues<F>::value;
     static constexpr int kSumOffset = SumOffset<F>::value;
     __device__ static uint32_t min_pair_lane(const Head& h, int c2, int e, int tig) { return F::min_pair_lane(h, c2, e, tig); }
+    // the lane-blocks interface where F has it (kOptLaneBlocks: Q4_K, Q5_K)
+    static constexpr bool kLaneBlocks = LaneBlocks<F>::value;
+    static constexpr bool kLaneBlocksDefault = LaneBlocksDefault<F>::value;
+    __device__ static auto lane_head(const uint8_t* b, int tig) { return F::lane_head(b, tig); }
+    template <class H>
+    __device__ static void lane_scale(const H& h, int e, float& s, float& n) { F::lane_scale(h, e, s, n); }
+    template <int N>
+    __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][N]) { F::decode_lane(b, tig, p, w); }
     template <int N>
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
