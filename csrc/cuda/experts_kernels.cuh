@@ -163,6 +163,28 @@ __device__ __forceinline__ void permute_fp4(const uint32_t (&x)[NR], uint32_t (&
             a[4 * i + k] = prmt(x[4 * i + k / 2], x[4 * i + 2 + k / 2], (k & 1) ? 0x7632 : 0x5410);
 }
 
+// permute_fp4 times s (bf16 bits of a power of 2, exact) with no PRMT: each output pair is
+// (lo * s, hi * s) for halves of two x words, made by an HMUL2 and an HFMA2 whose operand swizzles
+// (.H0_H0 / .H1_H1) pick the halves: hi * (0, s), then lo * (s, 0) plus that. Two FMA-pipe
+// instructions per pair where permute_fp4 and a scale take a PRMT (integer pipe) and an HMUL2.
+// (For finite x; an infinite x gives NaN in its neighbour's pair, where the sums are not finite
+// anyway.)
+template <int NR>
+__device__ __forceinline__ void permute_fp4_scaled(const uint32_t (&x)[NR], uint32_t (&a)[NR], uint32_t s) {
+    const uint32_t slo = s & 0xFFFFu, shi = s << 16;
+    auto b = [](uint32_t v) { return *reinterpret_cast<__nv_bfloat162*>(&v); };
+#pragma unroll
+    for (int i = 0; i < NR / 4; ++i)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const __nv_bfloat162 lo = b(x[4 * i + k / 2]), hi = b(x[4 * i + 2 + k / 2]);
+            const __nv_bfloat162 l = (k & 1) ? __high2bfloat162(lo) : __low2bfloat162(lo);
+            const __nv_bfloat162 h = (k & 1) ? __high2bfloat162(hi) : __low2bfloat162(hi);
+            const __nv_bfloat162 r = __hfma2(l, b(slo), __hmul2(h, b(shi)));
+            a[4 * i + k] = *reinterpret_cast<const uint32_t*>(&r);
+        }
+}
+
 // Where value j of a row goes when the row is stored in permute_fp4's / permute_fp8's pair order
 // (loading that row's contiguous pairs then gives what permute makes of the row as it was).
 __device__ __forceinline__ int fp4_pair_pos(int j) { const int r = j & 7; return (j & ~7) | (r < 4 ? 2 * r : 2 * r - 7); }
@@ -948,6 +970,13 @@ constexpr int kOptFine = 512;
 //                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
 //                kUnitColsDefault is false).
 constexpr int kOptUnitCols = 1024;
+//   kOptFmaPipe  with kOptUnitCols: integer-pipe work moved to the FMA pipe, whose instructions take
+//                one issue cycle where the integer pipe's (LOP3, SHF, PRMT: 16 lanes) take two, and
+//                which the decode leaves half idle (SASS per 32-row stage, E8M0 phase 0: 282 LOP3,
+//                37 SHF, 32 PRMT against 178 IMAD, 32 HMUL2): phase 0's x permuted and scaled by
+//                HMUL2 + HFMA2 with operand swizzles (permute_scaled) instead of PRMT + HMUL2, and
+//                e2m1_unit_raw's shift by 8 as IMAD.HI. Where staged_fma says (32-row stages only)
+constexpr int kOptFmaPipe = 8192;
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -987,6 +1016,9 @@ FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
 FTW_HAS_MEMBER(HasActPos, act_pos);
 FTW_HAS_MEMBER(HasUnitCols, kUnitGroups);
 FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
+// kOptUnitCols: a power of 2 on the item's row sums, the part of the decode's scale that the
+// decoder's group_scales leaves out (nvfp4: 2^(64 - kUnitColsX); 1: none)
+FTW_OPTIONAL_MEMBER(UnitColsPost, kUnitColsPost, float, 1.f);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1342,6 +1374,14 @@ __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
         Dec::decode(raw, w);
 }
 
+// 16 bytes through the read-only path where `p` holds, else v as it was: a predicated load (no
+// branch, no select), for lanes that keep part of a register set at zero
+__device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
+    asm("{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "r"(int(p)), "l"(a));
+}
+
 // Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
 // splits down's items between blocks: each part adds its share of the dot product).
 template <class Dec>
@@ -1379,6 +1419,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
+    constexpr bool FP = (OPT & kOptFmaPipe) != 0;
+    static_assert(!FP || UC, "the FMA-pipe forms are unit columns' (x scaled, e2m1 unscaled)");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1655,8 +1697,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const __nv_bfloat16* xrow = nullptr;
         if constexpr (UC) {
             // T = 1: every pair of the item is token 0's; the lanes g = 2 tig supply column g, the
-            // others keep x zero
-            if (count > 0 && g == 2 * tig) {
+            // others keep x zero (two groups per unit: the lanes g = 2 tig + 1 too, column g taking
+            // the unit's second group)
+            if (count > 0 && (UG == 2 ? g >> 1 : g) == (UG == 2 ? tig : 2 * tig)) {
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
@@ -1702,7 +1745,15 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
                             const int uj = c * 8 + tig + 4 * j;
-                            if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
+                            if (UC && UG == 2 && xrow != nullptr) {
+                                // two groups, two columns: lane g = 2 tig loads the unit's first
+                                // group's x, g = 2 tig + 1 its second; the other half of xv stays
+                                // zero from the item's start (the loads are predicated, not selected)
+                                const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
+                                static_assert(NX % 2 == 0, "two groups of whole x loads");
+#pragma unroll
+                                for (int k = 0; k < NX; ++k) ldg_if((g & 1) == (k >= NX / 2), src + k, xv[k]);
+                            } else if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
                                 const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
 #pragma unroll
                                 for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
@@ -1719,6 +1770,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             if constexpr (AP && PH == 1) {  // act is stored in the pair order
 #pragma unroll
                                 for (int k = 0; k < NR; ++k) xa[k] = xr[k];
+                            } else if constexpr (FP) {  // x * 2^kUnitColsX, permuted on the FMA pipe
+                                Dec::permute_scaled(xr, xa, kUnitColsXBf16x2);
                             } else {
                                 Dec::permute(xr, xa);
                                 if constexpr (UC)  // x * 2^kUnitColsX (phase 1's act is stored so)
@@ -1757,9 +1810,29 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
                                     }
                                     uint32_t wa[NR], wb[NR];
-                                    if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
-                                        Dec::decode_raw(ua, wa);
-                                        Dec::decode_raw(ub, wb);
+                                    if constexpr (UC && UG == 2) {
+                                        // two groups in columns 2 tig and 2 tig + 1 of one mma chain (x
+                                        // of the first group from lane g = 2 tig, of the second from
+                                        // g = 2 tig + 1): lane (g, tig) gets its unit's group sums of
+                                        // rows g (sum[0], sum[1]) and g + 8 (sum[2], sum[3])
+                                        Dec::template decode_raw<FP>(ua, wa);
+                                        Dec::template decode_raw<FP>(ub, wb);
+                                        float fa[2], fb[2], sum[4];
+                                        Dec::group_scales(side[d][j][2 * tt], fa);
+                                        Dec::group_scales(side[d][j][2 * tt + 1], fb);
+                                        mma_bf16_zero(sum, wa[0], wb[0], wa[1], wb[1], xa[0], xa[1]);
+#pragma unroll
+                                        for (int s = 1; s < V / 4; ++s)
+                                            mma_bf16_acc(sum, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                                         xa[2 * s + 1]);
+                                        acc[tt][0] = fmaf(sum[0], fa[0], acc[tt][0]);
+                                        acc[tt][1] = fmaf(sum[1], fa[1], acc[tt][1]);
+                                        acc[tt][2] = fmaf(sum[2], fb[0], acc[tt][2]);
+                                        acc[tt][3] = fmaf(sum[3], fb[1], acc[tt][3]);
+                                        continue;
+                                    } else if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
+                                        Dec::template decode_raw<FP>(ua, wa);
+                                        Dec::template decode_raw<FP>(ub, wb);
                                         float fa[UG], fb[UG];
                                         Dec::group_scales(side[d][j][2 * tt], fa);
                                         Dec::group_scales(side[d][j][2 * tt + 1], fb);
@@ -1847,6 +1920,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                     v0 += __shfl_xor_sync(0xffffffffu, v0, m);
                     v1 += __shfl_xor_sync(0xffffffffu, v1, m);
                 }
+                if constexpr (UnitColsPost<Dec>::value != 1.f) v0 *= UnitColsPost<Dec>::value, v1 *= UnitColsPost<Dec>::value;
                 acc[tt][0] = acc[tt][1] = v0;
                 acc[tt][2] = acc[tt][3] = v1;
             }
@@ -2391,6 +2465,11 @@ bool staged_unit_cols(const KernelParams& p) {
     }
 }
 
+// kOptFmaPipe in the 32-row unit-columns kernels: FTW_CUDA_STAGED_FMA=1 (off by default until
+// measured: docs/BENCHMARKS.md "FP4J"; read at every launch; both phases decide alike, though
+// nothing here needs them to).
+inline bool staged_fma() { return env_is("FTW_CUDA_STAGED_FMA", "1"); }
+
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (ByteStream<Dec>::value) {
@@ -2408,9 +2487,11 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks)) {
                 if constexpr (HasUnitCols<Dec>::value)
-                    if (staged_unit_cols<Dec>(p))
-                        return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols>(
-                            p, stream);
+                    if (staged_unit_cols<Dec>(p)) {
+                        constexpr int uc = kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols;
+                        if (staged_fma()) return launch_staged_opt<Dec, PH, 2, uc | kOptFmaPipe>(p, stream);
+                        return launch_staged_opt<Dec, PH, 2, uc>(p, stream);
+                    }
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             }
             if constexpr (HasUnitCols<Dec>::value) {  // (the rules below keep kOptFine and early weights from it)
