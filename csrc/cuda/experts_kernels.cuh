@@ -1428,6 +1428,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
     static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
                   "unit columns: the lean producer, act in pair order, a decoder with the interface");
+    static_assert(!UC || UG != 2 || NX % 2 == 0, "unit columns of two groups: whole x loads per group");
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
@@ -1750,7 +1751,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 // group's x, g = 2 tig + 1 its second; the other half of xv stays
                                 // zero from the item's start (the loads are predicated, not selected)
                                 const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
-                                static_assert(NX % 2 == 0, "two groups of whole x loads");
 #pragma unroll
                                 for (int k = 0; k < NX; ++k) ldg_if((g & 1) == (k >= NX / 2), src + k, xv[k]);
                             } else if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
