@@ -42,16 +42,11 @@ struct E8m0Fp4Decoder : ScaledUnits<4, uint8_t, 1> {
     // add-and-clamp and a shift; bytes 0..247 exact (the decode's range is 63..190), 248..255 (NaN)
     // give inf.
     static constexpr int kUnitGroups = 1;
-    template <bool HI = false>  // (kOptFmaPipe: e2m1_unit_raw's shift by IMAD.HI)
-    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw<HI>(u, r); }
+    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw(u, r); }
     __device__ static void group_scales(const Side& s, float (&f)[1]) {
         f[0] = __uint_as_float(__viaddmin_u32(s.s, uint32_t(64 - kUnitColsX), 255u) << 23);
     }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
-    // permute times a power of 2 on the FMA pipe (kOptUnitCols | kOptFmaPipe, phase 0)
-    __device__ static void permute_scaled(const uint32_t (&x)[16], uint32_t (&a)[16], uint32_t s) {
-        permute_fp4_scaled(x, a, s);
-    }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams&, int, int, int) { return kTwo62; }
 };

@@ -163,28 +163,6 @@ __device__ __forceinline__ void permute_fp4(const uint32_t (&x)[NR], uint32_t (&
             a[4 * i + k] = prmt(x[4 * i + k / 2], x[4 * i + 2 + k / 2], (k & 1) ? 0x7632 : 0x5410);
 }
 
-// permute_fp4 times s (bf16 bits of a power of 2, exact) with no PRMT: each output pair is
-// (lo * s, hi * s) for halves of two x words, made by an HMUL2 and an HFMA2 whose operand swizzles
-// (.H0_H0 / .H1_H1) pick the halves: hi * (0, s), then lo * (s, 0) plus that. Two FMA-pipe
-// instructions per pair where permute_fp4 and a scale take a PRMT (integer pipe) and an HMUL2.
-// (For finite x; an infinite x gives NaN in its neighbour's pair, where the sums are not finite
-// anyway.)
-template <int NR>
-__device__ __forceinline__ void permute_fp4_scaled(const uint32_t (&x)[NR], uint32_t (&a)[NR], uint32_t s) {
-    const uint32_t slo = s & 0xFFFFu, shi = s << 16;
-    auto b = [](uint32_t v) { return *reinterpret_cast<__nv_bfloat162*>(&v); };
-#pragma unroll
-    for (int i = 0; i < NR / 4; ++i)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const __nv_bfloat162 lo = b(x[4 * i + k / 2]), hi = b(x[4 * i + 2 + k / 2]);
-            const __nv_bfloat162 l = (k & 1) ? __high2bfloat162(lo) : __low2bfloat162(lo);
-            const __nv_bfloat162 h = (k & 1) ? __high2bfloat162(hi) : __low2bfloat162(hi);
-            const __nv_bfloat162 r = __hfma2(l, b(slo), __hmul2(h, b(shi)));
-            a[4 * i + k] = *reinterpret_cast<const uint32_t*>(&r);
-        }
-}
-
 // Where value j of a row goes when the row is stored in permute_fp4's / permute_fp8's pair order
 // (loading that row's contiguous pairs then gives what permute makes of the row as it was).
 __device__ __forceinline__ int fp4_pair_pos(int j) { const int r = j & 7; return (j & ~7) | (r < 4 ? 2 * r : 2 * r - 7); }
@@ -970,13 +948,11 @@ constexpr int kOptFine = 512;
 //                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
 //                kUnitColsDefault is false).
 constexpr int kOptUnitCols = 1024;
-//   kOptFmaPipe  with kOptUnitCols: integer-pipe work moved to the FMA pipe, whose instructions take
-//                one issue cycle where the integer pipe's (LOP3, SHF, PRMT: 16 lanes) take two, and
-//                which the decode leaves half idle (SASS per 32-row stage, E8M0 phase 0: 282 LOP3,
-//                37 SHF, 32 PRMT against 178 IMAD, 32 HMUL2): phase 0's x permuted and scaled by
-//                HMUL2 + HFMA2 with operand swizzles (permute_scaled) instead of PRMT + HMUL2, and
-//                e2m1_unit_raw's shift by 8 as IMAD.HI. Where staged_fma says (32-row stages only)
-constexpr int kOptFmaPipe = 8192;
+//   kOptWarps20  with kOptUnitCols and kOptRows32: __launch_bounds__(128, 5), 20 warps per SM at
+//                96 registers instead of 16 at 128 (phase 0 spills 140 bytes, phase 1 312), for a
+//                kernel that ncu finds latency-bound (deepseek-v3 mxfp4 T = 1: issue slots 51% busy,
+//                the integer pipe 54%, FMA-heavy 32%). Where staged_warps20 says
+constexpr int kOptWarps20 = 8192;
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -1403,6 +1379,7 @@ FTW_OPTIONAL_MEMBER(BlockWarps, kBlockWarps, int, 0);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
+                                      : (OPT & kOptWarps20) != 0                        ? 5
                                       : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
                                                                                         : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -1419,8 +1396,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
-    constexpr bool FP = (OPT & kOptFmaPipe) != 0;
-    static_assert(!FP || UC, "the FMA-pipe forms are unit columns' (x scaled, e2m1 unscaled)");
+    static_assert((OPT & kOptWarps20) == 0 || (UC && (OPT & kOptRows32) != 0), "20 warps: the 32-row unit-columns kernels");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1770,8 +1746,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             if constexpr (AP && PH == 1) {  // act is stored in the pair order
 #pragma unroll
                                 for (int k = 0; k < NR; ++k) xa[k] = xr[k];
-                            } else if constexpr (FP) {  // x * 2^kUnitColsX, permuted on the FMA pipe
-                                Dec::permute_scaled(xr, xa, kUnitColsXBf16x2);
                             } else {
                                 Dec::permute(xr, xa);
                                 if constexpr (UC)  // x * 2^kUnitColsX (phase 1's act is stored so)
@@ -1815,8 +1789,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         // of the first group from lane g = 2 tig, of the second from
                                         // g = 2 tig + 1): lane (g, tig) gets its unit's group sums of
                                         // rows g (sum[0], sum[1]) and g + 8 (sum[2], sum[3])
-                                        Dec::template decode_raw<FP>(ua, wa);
-                                        Dec::template decode_raw<FP>(ub, wb);
+                                        Dec::decode_raw(ua, wa);
+                                        Dec::decode_raw(ub, wb);
                                         float fa[2], fb[2], sum[4];
                                         Dec::group_scales(side[d][j][2 * tt], fa);
                                         Dec::group_scales(side[d][j][2 * tt + 1], fb);
@@ -1831,8 +1805,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         acc[tt][3] = fmaf(sum[3], fb[1], acc[tt][3]);
                                         continue;
                                     } else if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
-                                        Dec::template decode_raw<FP>(ua, wa);
-                                        Dec::template decode_raw<FP>(ub, wb);
+                                        Dec::decode_raw(ua, wa);
+                                        Dec::decode_raw(ub, wb);
                                         float fa[UG], fb[UG];
                                         Dec::group_scales(side[d][j][2 * tt], fa);
                                         Dec::group_scales(side[d][j][2 * tt + 1], fb);
@@ -2465,10 +2439,9 @@ bool staged_unit_cols(const KernelParams& p) {
     }
 }
 
-// kOptFmaPipe in the 32-row unit-columns kernels: FTW_CUDA_STAGED_FMA=1 (off by default until
-// measured: docs/BENCHMARKS.md "FP4J"; read at every launch; both phases decide alike, though
-// nothing here needs them to).
-inline bool staged_fma() { return env_is("FTW_CUDA_STAGED_FMA", "1"); }
+// kOptWarps20 in the 32-row unit-columns kernels: FTW_CUDA_STAGED_WARPS20=1 (off by default until
+// measured: docs/BENCHMARKS.md "FP4J"; read at every launch).
+inline bool staged_warps20() { return env_is("FTW_CUDA_STAGED_WARPS20", "1"); }
 
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
@@ -2489,7 +2462,7 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
                 if constexpr (HasUnitCols<Dec>::value)
                     if (staged_unit_cols<Dec>(p)) {
                         constexpr int uc = kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols;
-                        if (staged_fma()) return launch_staged_opt<Dec, PH, 2, uc | kOptFmaPipe>(p, stream);
+                        if (staged_warps20()) return launch_staged_opt<Dec, PH, 2, uc | kOptWarps20>(p, stream);
                         return launch_staged_opt<Dec, PH, 2, uc>(p, stream);
                     }
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);

@@ -15,11 +15,8 @@ namespace ftw::cuda {
 // times 0x1040 is the pair shifted by 6 (magnitudes into the exponent's low bits) plus by 12
 // (signs into bit 15), with no carries between them. 13 instructions per 8 values where the
 // shifts take 16 (equal to e2m1x8_raw for every 32-bit word, checked exhaustively on the host).
-// HI: the shift by 8 as IMAD.HI (q * 2^24 >> 32, on the FMA pipe) instead of SHF (the integer
-// pipe, which the decode's LOP3 keep busiest: kOptFmaPipe).
-template <bool HI = false>
 __device__ __forceinline__ void e2m1x8_raw_mul(uint32_t q, uint32_t (&out)[4]) {
-    const uint32_t h = HI ? __umulhi(q, 1u << 24) : q >> 8;  // nibbles 2, 3 (and 6, 7) where 0, 1 (4, 5) were
+    const uint32_t h = q >> 8;  // nibbles 2, 3 (and 6, 7) where 0, 1 (4, 5) were
     out[0] = ((q & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
     out[1] = ((q & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
     out[2] = ((h & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
@@ -28,13 +25,12 @@ __device__ __forceinline__ void e2m1x8_raw_mul(uint32_t q, uint32_t (&out)[4]) {
 
 // A 16-byte unit of e2m1 pairs unscaled (value * 2^-126, in e2m1x8_raw_mul's pair order): the
 // staged kernel's unit columns (kOptUnitCols) apply the scales to the float32 sums instead.
-template <bool HI = false>
 __device__ __forceinline__ void e2m1_unit_raw(const uint4& u, uint32_t (&r)[16]) {
     const uint32_t q[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         uint32_t v[4];
-        e2m1x8_raw_mul<HI>(q[i], v);
+        e2m1x8_raw_mul(q[i], v);
 #pragma unroll
         for (int k = 0; k < 4; ++k) r[4 * i + k] = v[k];
     }

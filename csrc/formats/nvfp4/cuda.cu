@@ -56,8 +56,7 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     static constexpr bool kUnitColsDefault = false;
     static constexpr float kUnitColsPost = float(1ull << (64 - kUnitColsX));
     static_assert(64 - kUnitColsX >= 0 && 64 - kUnitColsX < 63, "the sums' factor must be a power of 2 >= 1");
-    template <bool HI = false>  // (kOptFmaPipe: e2m1_unit_raw's shift by IMAD.HI)
-    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw<HI>(u, r); }
+    __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw(u, r); }
     __device__ static void group_scales(const Side& s, float (&f)[2]) {
         uint32_t h2;
         asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(s.s)));
@@ -65,10 +64,6 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
         f[0] = __low2float(h), f[1] = __high2float(h);  // byte 0: the first 16 values' scale
     }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
-    // permute times a power of 2 on the FMA pipe (kOptUnitCols | kOptFmaPipe, phase 0)
-    __device__ static void permute_scaled(const uint32_t (&x)[16], uint32_t (&a)[16], uint32_t s) {
-        permute_fp4_scaled(x, a, s);
-    }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
     __device__ static float post(const KernelParams& p, int proj, int slot, int r) {
         return kTwo62 * __ldg(reinterpret_cast<const float*>(bank_row(p, 4 + proj, slot)) + r);
