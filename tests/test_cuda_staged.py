@@ -19,8 +19,8 @@ float32 sums, the activation rounded to bf16 once).
   forces them for nvfp4 too, =0 the decode as before): every launch path it takes (32- and 16-row stages, 128 registers, 4 warps
   splitting a row, down in parts), every E8M0 byte of the exact range, every e4m3 byte, tokens of
   2^-24 .. 2^24, and e2m1 codes all 0.5 (a bf16 subnormal in the mma: a tensor core that flushed
-  it would give zeros); the edge cases also in 32-row stages, at 128 registers and at 96 (20 warps
-  per SM: FTW_CUDA_STAGED_WARPS20=1), which the 32-row launch paths run too;
+  it would give zeros); the edge cases also in 32-row stages (nvfp4: its two groups in two mma
+  columns, the e4m3 scale pair by one cvt);
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -230,31 +230,13 @@ def test_staged_unit_cols(name, unitcols, case, monkeypatch):
 
 
 # the unit-columns kernels the edge tests below run in: the rules' choice (16-row stages at their
-# sizes), 32-row stages, 32-row stages at 20 warps per SM (kOptWarps20: 96 registers, spills)
-STAGES = {"auto": {}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
-          "rows32_w20": {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_WARPS20": "1"}}
+# sizes) and 32-row stages
+STAGES = {"auto": {}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"}}
 
 
 def set_stage(stage, monkeypatch):
     for k, v in STAGES[stage].items():
         monkeypatch.setenv(k, v)
-
-
-# kOptWarps20 (FTW_CUDA_STAGED_WARPS20=1: the 32-row unit-columns kernels at 96 registers, 20
-# warps per SM, spilling) over UNITCOLS_CASES' 32-row launch paths: 32-row stages (down rows of a
-# partial chunk), 4 warps splitting a row, down in 2 parts, the rules' own choice; and =0, the
-# same kernels at 128 registers.
-W20_CASES = ("rows32", "ksplit4", "parts2", "default")
-
-
-@pytest.mark.parametrize("name", FP4)
-@pytest.mark.parametrize("w20", ["0", "1"])
-@pytest.mark.parametrize("case", W20_CASES)
-def test_unit_cols_warps20(name, w20, case, monkeypatch):
-    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", "1")
-    monkeypatch.setenv("FTW_CUDA_STAGED_WARPS20", w20)
-    seed = [29, FP4.index(name), int(w20), W20_CASES.index(case)]
-    check_case(name, UNITCOLS_CASES, case, seed, monkeypatch)
 
 
 @pytest.mark.parametrize("unitcols", ["0", "1"])

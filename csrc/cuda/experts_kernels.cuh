@@ -930,10 +930,12 @@ constexpr int kOptFine = 512;
 //                the A values of its own unit (tig + 4 j), unscaled (e2m1 * 2^-126: LOP3, IMAD,
 //                LOP3 per bf16x2, no HMUL2), and the B lane (g, tig) gives x * 2^kUnitColsX only where
 //                g = 2 tig (zeros elsewhere: lanes that never load x keep them), so column 2 tig
-//                sums unit tig + 4 j alone, one mma chain per scale group (kUnitGroups: nvfp4's two
-//                16-value halves): lane (g, tig) holds its own unit's group sums of rows g and
-//                g + 8, and applies the scale group_scales gives
-//                (a float: the scale times 2^(64 - kUnitColsX), so the sums come out as the decode's
+//                sums unit tig + 4 j alone (kUnitGroups = 2, nvfp4's two 16-value groups: the
+//                second group's x from lane g = 2 tig + 1, so column 2 tig + 1 sums it, in the same
+//                chain): lane (g, tig) holds its own unit's group sums of rows g and g + 8, and
+//                applies the scale group_scales gives
+//                (a float: the scale times 2^(64 - kUnitColsX), or the scale alone with that power of
+//                2 on the item's sums, kUnitColsPost (nvfp4), so the sums come out as the decode's
 //                w * x with w * 2^-62) by one FFMA per group and row and chunk where the decode
 //                applied it by one HMUL2 per 2 values; the quad's 4 lanes are summed once per item
 //                (shuffles). x times 2^kUnitColsX keeps the products of the unscaled weights
@@ -948,11 +950,6 @@ constexpr int kOptFine = 512;
 //                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
 //                kUnitColsDefault is false).
 constexpr int kOptUnitCols = 1024;
-//   kOptWarps20  with kOptUnitCols and kOptRows32: __launch_bounds__(128, 5), 20 warps per SM at
-//                96 registers instead of 16 at 128 (phase 0 spills 140 bytes, phase 1 312), for a
-//                kernel that ncu finds latency-bound (deepseek-v3 mxfp4 T = 1: issue slots 51% busy,
-//                the integer pipe 54%, FMA-heavy 32%). Where staged_warps20 says
-constexpr int kOptWarps20 = 8192;
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -1379,7 +1376,6 @@ FTW_OPTIONAL_MEMBER(BlockWarps, kBlockWarps, int, 0);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
-                                      : (OPT & kOptWarps20) != 0                        ? 5
                                       : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
                                                                                         : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -1396,7 +1392,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
-    static_assert((OPT & kOptWarps20) == 0 || (UC && (OPT & kOptRows32) != 0), "20 warps: the 32-row unit-columns kernels");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1804,7 +1799,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         acc[tt][2] = fmaf(sum[2], fb[0], acc[tt][2]);
                                         acc[tt][3] = fmaf(sum[3], fb[1], acc[tt][3]);
                                         continue;
-                                    } else if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
+                                    } else if constexpr (UC) {  // one scale per unit (E8M0): each group's sums (one mma chain each), then its scale
                                         Dec::decode_raw(ua, wa);
                                         Dec::decode_raw(ub, wb);
                                         float fa[UG], fb[UG];
@@ -2439,10 +2434,6 @@ bool staged_unit_cols(const KernelParams& p) {
     }
 }
 
-// kOptWarps20 in the 32-row unit-columns kernels: FTW_CUDA_STAGED_WARPS20=1 (off by default until
-// measured: docs/BENCHMARKS.md "FP4J"; read at every launch).
-inline bool staged_warps20() { return env_is("FTW_CUDA_STAGED_WARPS20", "1"); }
-
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (ByteStream<Dec>::value) {
@@ -2460,11 +2451,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks)) {
                 if constexpr (HasUnitCols<Dec>::value)
-                    if (staged_unit_cols<Dec>(p)) {
-                        constexpr int uc = kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols;
-                        if (staged_warps20()) return launch_staged_opt<Dec, PH, 2, uc | kOptWarps20>(p, stream);
-                        return launch_staged_opt<Dec, PH, 2, uc>(p, stream);
-                    }
+                    if (staged_unit_cols<Dec>(p))
+                        return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols>(
+                            p, stream);
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             }
             if constexpr (HasUnitCols<Dec>::value) {  // (the rules below keep kOptFine and early weights from it)
