@@ -49,9 +49,12 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     // half to float32 (exact), so a factor is the scale itself; the rest of the decode's 2^64
     // (2^(64 - kUnitColsX)) multiplies the item's row sums once (kUnitColsPost). 0x7F / 0xFF
     // (NaN) give NaN where e4m3_to_float gives 480 (real scales are finite).
-    // (FP4I placed each byte into a float and multiplied by 2^127: ~10 instructions per unit and
-    // row where this takes 3, and its 32-row kernels spilled; measured slower than the decode:
-    // docs/BENCHMARKS.md "FP4I", "FP4J".)
+    // The experts kernel puts the two groups in columns 2 tig and 2 tig + 1 of one mma chain.
+    // (FP4I placed each byte into a float and multiplied by 2^127, ~10 instructions per unit and
+    // row where this takes 3, with a chain per group: its 32-row kernels spilled.) Not by default
+    // (kUnitColsDefault): H200, T = 1, same run, against the decode: deepseek-v3 86.2 / 85.8 us
+    // (level, 15-19% fewer instructions per stage), qwen3-30b-a3b 20.4 / 19.9 us
+    // (docs/BENCHMARKS.md "FP4J"); FTW_CUDA_STAGED_UNITCOLS=1 runs it.
     static constexpr int kUnitGroups = 2;
     static constexpr bool kUnitColsDefault = false;
     static constexpr float kUnitColsPost = float(1ull << (64 - kUnitColsX));
