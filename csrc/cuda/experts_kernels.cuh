@@ -954,8 +954,9 @@ constexpr int kOptUnitCols = 1024;
 //                SM at 96 registers instead of 16 at 128 (the kernel is latency-bound: ncu, deepseek-v3
 //                mxfp4 T = 1, issue slots 51% / 44% busy, no pipe above 54%), made to fit by keeping
 //                the copy sources and the side rows as 32-bit offsets from one base each (8 + 4
-//                64-bit pointers -> 12 words): no spills in the stage loop, 640 instructions per
-//                stage against 637 (20 warps without the offsets spilled 100-312 bytes and ran 24-32%
+//                64-bit pointers -> 12 words): mxfp4 spills 12 bytes, none in the stage loop, 648
+//                instructions per stage against 637; nvfp4 36 bytes (one local load per two stages),
+//                675 against 647 (20 warps without the offsets spilled 100-312 bytes and ran 24-32%
 //                slower: docs/BENCHMARKS.md "FP4J"). Where staged_down20 says (FTW_CUDA_STAGED_DOWN20)
 constexpr int kOptDown20 = 8192;
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
