@@ -19,7 +19,9 @@ float32 sums, the activation rounded to bf16 once).
   forces them for nvfp4 too, =0 the decode as before): every launch path it takes (32- and 16-row stages, 128 registers, 4 warps
   splitting a row, down in parts), every E8M0 byte of the exact range, every e4m3 byte, tokens of
   2^-24 .. 2^24, and e2m1 codes all 0.5 (a bf16 subnormal in the mma: a tensor core that flushed
-  it would give zeros);
+  it would give zeros); the edge cases also in 32-row stages (nvfp4: its two groups in two mma
+  columns, the e4m3 scale pair by one cvt), and with down at 20 warps per SM
+  (FTW_CUDA_STAGED_DOWN20=1: 32-bit offsets for its copies and sides);
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -228,8 +230,34 @@ def test_staged_unit_cols(name, unitcols, case, monkeypatch):
     check_case(name, UNITCOLS_CASES, case, seed, monkeypatch)
 
 
+# the unit-columns kernels the edge tests below run in: the rules' choice (16-row stages at their
+# sizes), 32-row stages, and 32-row stages with down at 20 warps per SM (kOptDown20)
+STAGES = {"auto": {}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
+          "rows32_down20": {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_DOWN20": "1"}}
+
+
+def set_stage(stage, monkeypatch):
+    for k, v in STAGES[stage].items():
+        monkeypatch.setenv(k, v)
+
+
+# kOptDown20 (FTW_CUDA_STAGED_DOWN20=1: down's 32-row unit-columns kernel at 96 registers, 20 warps
+# per SM, its copy sources and side rows as 32-bit offsets) on UNITCOLS_CASES' 32-row paths: down
+# rows of a partial chunk (rows32), down in 2 parts (parts2), the rules' own choice (default).
+DOWN20_CASES = ("rows32", "parts2", "default")
+
+
+@pytest.mark.parametrize("name", FP4)
+@pytest.mark.parametrize("case", DOWN20_CASES)
+def test_unit_cols_down20(name, case, monkeypatch):
+    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", "1")
+    monkeypatch.setenv("FTW_CUDA_STAGED_DOWN20", "1")
+    check_case(name, UNITCOLS_CASES, case, [31, FP4.index(name), DOWN20_CASES.index(case)], monkeypatch)
+
+
 @pytest.mark.parametrize("unitcols", ["0", "1"])
-def test_unit_cols_e8m0_every_byte(unitcols, monkeypatch):
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_unit_cols_e8m0_every_byte(unitcols, stage, monkeypatch):
     # test_e8m0_scales_every_byte at T = 1: every E8M0 byte 63..190 as a gate row's scale (its up
     # row at 253 - s), through the scale applied to the float32 sums
     H, I, E, K = 512, 256, 8, 4  # noqa: E741
@@ -240,6 +268,7 @@ def test_unit_cols_e8m0_every_byte(unitcols, monkeypatch):
     gate = np.broadcast_to(s, (E, I, H // 32))
     banks["gate_up_scale"] = np.ascontiguousarray(np.concatenate([gate, 253 - gate], axis=1))
     monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    set_stage(stage, monkeypatch)
     for T in (1, 2):  # T = 2: the decode, whatever unitcols says (a control in the same data)
         out, ref = forward_and_ref("ds_fp4", H, I, E, K, T, [22, T], banks=banks, opts=opts)
         assert bool(torch.isfinite(out).all())
@@ -247,8 +276,10 @@ def test_unit_cols_e8m0_every_byte(unitcols, monkeypatch):
 
 
 @pytest.mark.parametrize("unitcols", ["0", "1"])
-def test_unit_cols_nvfp4_every_e4m3_byte(unitcols, monkeypatch):
-    # test_nvfp4_block_scales ("every_byte", signed) at T = 1, both group scales of a unit
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_unit_cols_nvfp4_every_e4m3_byte(unitcols, stage, monkeypatch):
+    # test_nvfp4_block_scales ("every_byte", signed) at T = 1, both group scales of a unit (unit
+    # columns: the pair by cvt.rn.f16x2.e4m3x2, each group in a column of its own)
     H, I, E, K = 256, 256, 8, 4  # noqa: E741
     rng = np.random.default_rng([23, len(unitcols)])
     opts, banks = make_banks("nvfp4", H, I, E, rng)
@@ -256,16 +287,19 @@ def test_unit_cols_nvfp4_every_e4m3_byte(unitcols, monkeypatch):
         banks[bank + "_scale"] = rng.choice(E4M3_FINITE, banks[bank + "_scale"].shape).astype(np.uint8)
         banks[bank + "_global"] = banks[bank + "_global"] / 64
     monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    set_stage(stage, monkeypatch)
     out, ref = forward_and_ref("nvfp4", H, I, E, K, 1, [24], banks=banks, opts=opts)
     assert rel_err(out, ref) < tol("nvfp4")
 
 
 @pytest.mark.parametrize("name", FP4)
 @pytest.mark.parametrize("scale", [24, -24, 0])
-def test_unit_cols_tokens_far_apart(name, scale, monkeypatch):
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_unit_cols_tokens_far_apart(name, scale, stage, monkeypatch):
     # x times 2^kUnitColsX (57) in bf16 and act stored so: a single token of 2^24 (act ~2^50) or
     # 2^-24 stays within tolerance of its own reference
     monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", "1")
+    set_stage(stage, monkeypatch)
     H, I, E, K = 512, 160, 16, 8  # noqa: E741
     rng = np.random.default_rng([25, FP4.index(name), scale + 24])
     opts, banks = make_banks(name, H, I, E, rng)
@@ -280,7 +314,8 @@ def test_unit_cols_tokens_far_apart(name, scale, monkeypatch):
 
 @pytest.mark.parametrize("name", FP4)
 @pytest.mark.parametrize("unitcols", ["0", "1"])
-def test_unit_cols_half_codes(name, unitcols, monkeypatch):
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_unit_cols_half_codes(name, unitcols, stage, monkeypatch):
     # every weight's e2m1 code 0.5 or -0.5 (0x1, 0x9): unscaled, 0.5 * 2^-126 is a bf16 subnormal
     # in the mma's A fragment; a tensor core that flushed it would give zeros
     H, I, E, K = 512, 256, 8, 4  # noqa: E741
@@ -290,6 +325,7 @@ def test_unit_cols_half_codes(name, unitcols, monkeypatch):
         codes = rng.choice(np.array([0x1, 0x9], dtype=np.uint8), banks[bank].shape + (2,))
         banks[bank] = (codes[..., 0] | (codes[..., 1] << 4)).astype(np.uint8)
     monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", unitcols)
+    set_stage(stage, monkeypatch)
     out, ref = forward_and_ref(name, H, I, E, K, 1, [27], banks=banks, opts=opts)
     assert float(np.abs(ref).max()) > 0
     assert rel_err(out, ref) < tol(name)

@@ -930,10 +930,12 @@ constexpr int kOptFine = 512;
 //                the A values of its own unit (tig + 4 j), unscaled (e2m1 * 2^-126: LOP3, IMAD,
 //                LOP3 per bf16x2, no HMUL2), and the B lane (g, tig) gives x * 2^kUnitColsX only where
 //                g = 2 tig (zeros elsewhere: lanes that never load x keep them), so column 2 tig
-//                sums unit tig + 4 j alone, one mma chain per scale group (kUnitGroups: nvfp4's two
-//                16-value halves): lane (g, tig) holds its own unit's group sums of rows g and
-//                g + 8, and applies the scale group_scales gives
-//                (a float: the scale times 2^(64 - kUnitColsX), so the sums come out as the decode's
+//                sums unit tig + 4 j alone (kUnitGroups = 2, nvfp4's two 16-value groups: the
+//                second group's x from lane g = 2 tig + 1, so column 2 tig + 1 sums it, in the same
+//                chain): lane (g, tig) holds its own unit's group sums of rows g and g + 8, and
+//                applies the scale group_scales gives
+//                (a float: the scale times 2^(64 - kUnitColsX), or the scale alone with that power of
+//                2 on the item's sums, kUnitColsPost (nvfp4), so the sums come out as the decode's
 //                w * x with w * 2^-62) by one FFMA per group and row and chunk where the decode
 //                applied it by one HMUL2 per 2 values; the quad's 4 lanes are summed once per item
 //                (shuffles). x times 2^kUnitColsX keeps the products of the unscaled weights
@@ -948,6 +950,15 @@ constexpr int kOptFine = 512;
 //                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
 //                kUnitColsDefault is false).
 constexpr int kOptUnitCols = 1024;
+//   kOptDown20   with kOptUnitCols and kOptRows32, phase 1: __launch_bounds__(128, 5), 20 warps per
+//                SM at 96 registers instead of 16 at 128 (the kernel is latency-bound: ncu, deepseek-v3
+//                mxfp4 T = 1, issue slots 51% / 44% busy, no pipe above 54%), made to fit by keeping
+//                the copy sources and the side rows as 32-bit offsets from one base each (8 + 4
+//                64-bit pointers -> 12 words): mxfp4 spills 12 bytes, none in the stage loop, 648
+//                instructions per stage against 637; nvfp4 36 bytes (one local load per two stages),
+//                675 against 647 (20 warps without the offsets spilled 100-312 bytes and ran 24-32%
+//                slower: docs/BENCHMARKS.md "FP4J"). Where staged_down20 says (FTW_CUDA_STAGED_DOWN20)
+constexpr int kOptDown20 = 8192;
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -1000,6 +1011,9 @@ FTW_HAS_MEMBER(HasDecodeV1, decode_v1);
 FTW_HAS_MEMBER(HasActPos, act_pos);
 FTW_HAS_MEMBER(HasUnitCols, kUnitGroups);
 FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
+// kOptUnitCols: a power of 2 on the item's row sums, the part of the decode's scale that the
+// decoder's group_scales leaves out (nvfp4: 2^(64 - kUnitColsX); 1: none)
+FTW_OPTIONAL_MEMBER(UnitColsPost, kUnitColsPost, float, 1.f);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1476,6 +1490,14 @@ __device__ __forceinline__ void staged_decode_unit(const Raw& raw, W& w) {
         Dec::decode(raw, w);
 }
 
+// 16 bytes through the read-only path where `p` holds, else v as it was: a predicated load (no
+// branch, no select), for lanes that keep part of a register set at zero
+__device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
+    asm("{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "r"(int(p)), "l"(a));
+}
+
 // Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
 // splits down's items between blocks: each part adds its share of the dot product).
 template <class Dec>
@@ -1497,6 +1519,7 @@ FTW_OPTIONAL_MEMBER(BlockWarps, kBlockWarps, int, 0);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
+                                      : (OPT & kOptDown20) != 0                         ? 5
                                       : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
                                                                                         : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -1513,6 +1536,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
+    constexpr bool O32 = (OPT & kOptDown20) != 0;  // 32-bit offsets for the copies and the sides
+    static_assert(!O32 || (UC && PH == 1 && (OPT & kOptRows32) != 0), "20 warps: down's 32-row unit-columns kernel");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1520,6 +1545,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
     static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
                   "unit columns: the lean producer, act in pair order, a decoder with the interface");
+    static_assert(!UC || UG != 2 || NX % 2 == 0, "unit columns of two groups: whole x loads per group");
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
@@ -1579,6 +1605,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     const uint8_t* pw[4 * TR];  // LEAN: with this lane's unit offset (lane & 7) * 16
     bool pwok[4 * TR];
     typename Dec::Row prow[2 * TR];  // rows g + 8 h
+    // O32: the slot's weights and scales, and pw's / prow's rows as 32-bit offsets from them
+    const uint8_t* pbase = nullptr;
+    const uint8_t* sbase = nullptr;
+    uint32_t pw32[O32 ? 4 * TR : 1], ps32[O32 ? 2 * TR : 1];
     typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
     Side side[S][2][2 * TR];  // [stage][j][h]
     float cscale[S][2][2];
@@ -1587,15 +1617,27 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         if (pslot < 0) return;
         pnv = max(0, min(cpw, nchunks - pc0));
         const uint8_t* w = Dec::weights(p, PH, pslot);
+        if constexpr (O32) {
+            pbase = w, sbase = Dec::side_base(p, PH, pslot);
 #pragma unroll
-        for (int k = 0; k < 4 * TR; ++k)
-            pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN || WC ? (lane & 7) * 16 : 0);
+            for (int k = 0; k < 4 * TR; ++k)
+                pw32[k] = uint32_t(tile_row(band, (lane >> 3) + 4 * k, pwok[k])) * uint32_t(wrow) + (lane & 7) * 16;
 #pragma unroll
-        for (int h = 0; h < 2 * TR; ++h) {
-            bool ok;
-            const int r = tile_row(band, g + 8 * h, ok);
-            prow[h] = Dec::row(p, PH, pslot, r);
-            if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
+            for (int h = 0; h < 2 * TR; ++h) {
+                bool ok;
+                ps32[h] = Dec::side_row(p, PH, tile_row(band, g + 8 * h, ok));
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4 * TR; ++k)
+                pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN || WC ? (lane & 7) * 16 : 0);
+#pragma unroll
+            for (int h = 0; h < 2 * TR; ++h) {
+                bool ok;
+                const int r = tile_row(band, g + 8 * h, ok);
+                prow[h] = Dec::row(p, PH, pslot, r);
+                if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
+            }
         }
     };
     auto producer_item = [&]() {
@@ -1615,13 +1657,21 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const uint32_t off = uok ? uint32_t(c) * 128u : 0u;
                 const uint32_t dst = ring_s + (d * SU + (lane >> 3) * 8 + ((lane & 7) ^ (((lane >> 3) & 1) << 2))) * 16;
 #pragma unroll
-                for (int k = 0; k < 4 * TR; ++k) cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
+                for (int k = 0; k < 4 * TR; ++k) {
+                    if constexpr (O32)
+                        cp_async16(dst + k * 512, pbase + (pw32[k] + off), uok && pwok[k] ? 16 : 0);
+                    else
+                        cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
+                }
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int uj = min(c * 8 + tig + 4 * j, nunits - 1);  // past the row: zero-filled weights
 #pragma unroll
                     for (int h = 0; h < 2 * TR; ++h) {
-                        side[d][j][h] = Dec::side(prow[h], uj);
+                        if constexpr (O32)
+                            side[d][j][h] = Dec::side_at(sbase, ps32[h], uj);
+                        else
+                            side[d][j][h] = Dec::side(prow[h], uj);
                         if constexpr (CS)
                             cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
                     }
@@ -1789,8 +1839,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const __nv_bfloat16* xrow = nullptr;
         if constexpr (UC) {
             // T = 1: every pair of the item is token 0's; the lanes g = 2 tig supply column g, the
-            // others keep x zero
-            if (count > 0 && g == 2 * tig) {
+            // others keep x zero (two groups per unit: the lanes g = 2 tig + 1 too, column g taking
+            // the unit's second group)
+            if (count > 0 && (UG == 2 ? g >> 1 : g) == (UG == 2 ? tig : 2 * tig)) {
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
@@ -1836,7 +1887,14 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
                             const int uj = c * 8 + tig + 4 * j;
-                            if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
+                            if (UC && UG == 2 && xrow != nullptr) {
+                                // two groups, two columns: lane g = 2 tig loads the unit's first
+                                // group's x, g = 2 tig + 1 its second; the other half of xv stays
+                                // zero from the item's start (the loads are predicated, not selected)
+                                const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
+#pragma unroll
+                                for (int k = 0; k < NX; ++k) ldg_if((g & 1) == (k >= NX / 2), src + k, xv[k]);
+                            } else if (xrow != nullptr) {  // a unit past the row reads the last one: finite x, zero weights
                                 const uint4* src = reinterpret_cast<const uint4*>(xrow + int64_t(min(uj, nunits - 1)) * V);
 #pragma unroll
                                 for (int k = 0; k < NX; ++k) xv[k] = __ldg(src + k);
@@ -1891,7 +1949,27 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                         ua = ring[d * SU + g * 8 + su], ub = ring[d * SU + (g + 8) * 8 + su];
                                     }
                                     uint32_t wa[NR], wb[NR];
-                                    if constexpr (UC) {  // each group's sums (one mma chain each), then its scale
+                                    if constexpr (UC && UG == 2) {
+                                        // two groups in columns 2 tig and 2 tig + 1 of one mma chain (x
+                                        // of the first group from lane g = 2 tig, of the second from
+                                        // g = 2 tig + 1): lane (g, tig) gets its unit's group sums of
+                                        // rows g (sum[0], sum[1]) and g + 8 (sum[2], sum[3])
+                                        Dec::decode_raw(ua, wa);
+                                        Dec::decode_raw(ub, wb);
+                                        float fa[2], fb[2], sum[4];
+                                        Dec::group_scales(side[d][j][2 * tt], fa);
+                                        Dec::group_scales(side[d][j][2 * tt + 1], fb);
+                                        mma_bf16_zero(sum, wa[0], wb[0], wa[1], wb[1], xa[0], xa[1]);
+#pragma unroll
+                                        for (int s = 1; s < V / 4; ++s)
+                                            mma_bf16_acc(sum, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xa[2 * s],
+                                                         xa[2 * s + 1]);
+                                        acc[tt][0] = fmaf(sum[0], fa[0], acc[tt][0]);
+                                        acc[tt][1] = fmaf(sum[1], fa[1], acc[tt][1]);
+                                        acc[tt][2] = fmaf(sum[2], fb[0], acc[tt][2]);
+                                        acc[tt][3] = fmaf(sum[3], fb[1], acc[tt][3]);
+                                        continue;
+                                    } else if constexpr (UC) {  // one scale per unit (E8M0): each group's sums (one mma chain each), then its scale
                                         Dec::decode_raw(ua, wa);
                                         Dec::decode_raw(ub, wb);
                                         float fa[UG], fb[UG];
@@ -2000,6 +2078,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                     v0 += __shfl_xor_sync(0xffffffffu, v0, m);
                     v1 += __shfl_xor_sync(0xffffffffu, v1, m);
                 }
+                if constexpr (UnitColsPost<Dec>::value != 1.f) v0 *= UnitColsPost<Dec>::value, v1 *= UnitColsPost<Dec>::value;
                 acc[tt][0] = acc[tt][1] = v0;
                 acc[tt][2] = acc[tt][3] = v1;
             }
@@ -2544,6 +2623,14 @@ bool staged_unit_cols(const KernelParams& p) {
     }
 }
 
+// kOptDown20 for down's 32-row unit-columns kernel: FTW_CUDA_STAGED_DOWN20=1, where a slot's down
+// weights and scales have 32-bit offsets (compiled, not yet run on the GPU: off by default; read
+// at every launch).
+template <class Dec>
+bool staged_down20(const KernelParams& p) {
+    return env_is("FTW_CUDA_STAGED_DOWN20", "1") && int64_t(p.H) * (p.I / Dec::VEC) * 16 < (int64_t(1) << 32);
+}
+
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (ByteStream<Dec>::value) {
@@ -2561,9 +2648,12 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks)) {
                 if constexpr (HasUnitCols<Dec>::value)
-                    if (staged_unit_cols<Dec>(p))
-                        return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols>(
-                            p, stream);
+                    if (staged_unit_cols<Dec>(p)) {
+                        constexpr int uc = kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols;
+                        if constexpr (PH == 1)
+                            if (staged_down20<Dec>(p)) return launch_staged_opt<Dec, PH, 2, uc | kOptDown20>(p, stream);
+                        return launch_staged_opt<Dec, PH, 2, uc>(p, stream);
+                    }
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             }
             if constexpr (HasUnitCols<Dec>::value) {  // (the rules below keep kOptFine and early weights from it)

@@ -2,6 +2,8 @@
 // float32 global per row. A 16-byte unit holds 32 values and their two block scales; e2m1 times
 // an e4m3 scale has at most 6 significant bits, so the bf16 weights are exact, and the global
 // multiplies the row's dot product afterwards (exact up to float32 accumulation).
+#include <cuda_fp16.h>
+
 #include "cuda/scaled_units.cuh"
 
 namespace ftw::cuda {
@@ -42,26 +44,27 @@ struct Nvfp4Decoder : ScaledUnits<4, unsigned short, 1> {
     }
     __device__ static void decode_v0(const Raw& raw, uint32_t (&w)[16]) { decode<false>(raw, w); }
     // The staged kernel's unit columns at T = 1 (kOptUnitCols, experts_kernels.cuh): the unit
-    // unscaled, and the factors of its two 16-value groups' float32 sums: scale_k * 2^(64 -
-    // kUnitColsX), e4m3 byte k placed into a float (scale * 2^-120, exact for subnormals too,
-    // 0x7F / 0xFF as 480 like e4m3_to_float) times 2^(120 + 64 - kUnitColsX) (exact). (The two
-    // placed into a bf16x2 by one HMUL2, as decode does, took more registers: 20-36 bytes of
-    // spills in the 32-row kernels.)
-    // Not by default (kUnitColsDefault): measured slower (H200, T = 1, same run: deepseek-v3
-    // 85.0 -> 87.4 us, qwen3-30b-a3b 20.0 -> 20.3; docs/BENCHMARKS.md "FP4I"): the two groups'
-    // scales cost 10 instructions per unit and row where the decode's took 8, and the 32-row
-    // kernels spill 20-36 bytes. FTW_CUDA_STAGED_UNITCOLS=1 runs it.
+    // unscaled, and the factors of its two 16-value groups' float32 sums: the e4m3 scale pair by
+    // one cvt.rn.f16x2.e4m3x2 (every e4m3 value, subnormals included, is exact in f16) and each
+    // half to float32 (exact), so a factor is the scale itself; the rest of the decode's 2^64
+    // (2^(64 - kUnitColsX)) multiplies the item's row sums once (kUnitColsPost). 0x7F / 0xFF
+    // (NaN) give NaN where e4m3_to_float gives 480 (real scales are finite).
+    // The experts kernel puts the two groups in columns 2 tig and 2 tig + 1 of one mma chain.
+    // (FP4I placed each byte into a float and multiplied by 2^127, ~10 instructions per unit and
+    // row where this takes 3, with a chain per group: its 32-row kernels spilled.) Not by default
+    // (kUnitColsDefault): H200, T = 1, same run, against the decode: deepseek-v3 86.2 / 85.8 us
+    // (level, 15-19% fewer instructions per stage), qwen3-30b-a3b 20.4 / 19.9 us
+    // (docs/BENCHMARKS.md "FP4J"); FTW_CUDA_STAGED_UNITCOLS=1 runs it.
     static constexpr int kUnitGroups = 2;
     static constexpr bool kUnitColsDefault = false;
-    static_assert(120 + 64 - kUnitColsX <= 127, "the factor's power of 2 must be a float");
+    static constexpr float kUnitColsPost = float(1ull << (64 - kUnitColsX));
+    static_assert(64 - kUnitColsX >= 0 && 64 - kUnitColsX < 63, "the sums' factor must be a power of 2 >= 1");
     __device__ static void decode_raw(const uint4& u, uint32_t (&r)[16]) { e2m1_unit_raw(u, r); }
     __device__ static void group_scales(const Side& s, float (&f)[2]) {
-        const float two = __uint_as_float(uint32_t(127 + 120 + 64 - kUnitColsX) << 23);
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const uint32_t b = s.s << (24 - 8 * k);  // byte k on top
-            f[k] = __uint_as_float((b & 0x80000000u) | ((b >> 4) & 0x07F00000u)) * two;
-        }
+        uint32_t h2;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(s.s)));
+        const __half2 h = *reinterpret_cast<const __half2*>(&h2);
+        f[0] = __low2float(h), f[1] = __high2float(h);  // byte 0: the first 16 values' scale
     }
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) { permute_fp4(x, a); }
     __device__ static int act_pos(int j) { return fp4_pair_pos(j); }  // act in permute's order (kOptActPerm)
