@@ -958,7 +958,7 @@ constexpr int kOptUnitCols = 1024;
 //                instructions per stage against 637; nvfp4 36 bytes (one local load per two stages),
 //                675 against 647 (20 warps without the offsets spilled 100-312 bytes and ran 24-32%
 //                slower: docs/BENCHMARKS.md "FP4J"). Where staged_down20 says (FTW_CUDA_STAGED_DOWN20)
-constexpr int kOptDown20 = 8192;
+constexpr int kOptDown20 = 32768;  // (a bit of its own: kOptLaneBlocks is 8192, kOptLaneCols 16384)
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
