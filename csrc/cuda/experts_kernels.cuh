@@ -999,6 +999,20 @@ constexpr int kOptLaneBlocks = 8192;
 //   kOptLaneCols   with kOptLaneBlocks: lane tig's two sub-blocks in columns 2 tig and 2 tig + 1
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
+// Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
+// made kernels read as others (kOptOneColumn / kOptUnitCols, kOptDown20 / kOptLaneBlocks)
+constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
+                            kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptDown20};
+constexpr bool opt_bits_distinct() {
+    int seen = 0;
+    for (int b : kOptBits) {
+        if (b == 0 || (b & (b - 1)) != 0 || (seen & b) != 0) return false;
+        seen |= b;
+    }
+    return true;
+}
+static_assert(opt_bits_distinct(), "each kOpt takes a bit no other kOpt has");
 // Measured on the H200 and dropped for Q8_0 on block sums (docs/BENCHMARKS.md "Q8", commit 62a579b
 // has the code): each lane's bytes of a stage's chunk read into registers (40 per lane) and the
 // stage refilled before the chunk's decode, so both stages of the ring stay in flight (T=1, x the
