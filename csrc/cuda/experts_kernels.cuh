@@ -1339,6 +1339,22 @@ FTW_OPTIONAL_MEMBER(LaneBlocksDefault, kLaneBlocksDefault, bool, true);  // (sta
 // 64 bf16 zeros: the x of the lanes that supply none (kOptLaneBlocks)
 static __device__ __align__(16) const uint4 kLaneZeros[8] = {};
 __device__ __forceinline__ const __nv_bfloat16* lane_zeros() { return reinterpret_cast<const __nv_bfloat16*>(kLaneZeros); }
+// Sub-block 2 tig + e's sums of rows g (p0) and g + 8 (p2) into acc, with its scale and min (or
+// the decoder's kSumOffset) against x's sum over the sub-block (xs: the same for both rows)
+template <class Dec, class Head>
+__device__ __forceinline__ void add_lane_sums(const Head& h0, const Head& h1, int e, float p0, float p2, float xs,
+                                              float (&acc)[4]) {
+    float s0, n0, s1, n1;
+    Dec::lane_scale(h0, e, s0, n0);
+    Dec::lane_scale(h1, e, s1, n1);
+    if constexpr (SumOffset<Dec>::value != 0) {  // as staged_sub_block_chunk's
+        acc[0] = fmaf(s0, fmaf(-float(SumOffset<Dec>::value), xs, p0), acc[0]);
+        acc[2] = fmaf(s1, fmaf(-float(SumOffset<Dec>::value), xs, p2), acc[2]);
+    } else {
+        acc[0] = fmaf(s0, p0, fmaf(n0, xs, acc[0]));
+        acc[2] = fmaf(s1, p2, fmaf(n1, xs, acc[2]));
+    }
+}
 template <class Dec>
 __device__ __forceinline__ void staged_sub_block_lanes(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xl,
                                                        int tig, float (&acc)[4]) {
@@ -1372,18 +1388,7 @@ __device__ __forceinline__ void staged_sub_block_lanes(const uint8_t* b0, const 
         }
     }
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        float s0, n0, s1, n1;
-        Dec::lane_scale(h0, e, s0, n0);
-        Dec::lane_scale(h1, e, s1, n1);
-        if constexpr (SumOffset<Dec>::value != 0) {  // as staged_sub_block_chunk's
-            acc[0] = fmaf(s0, fmaf(-float(SumOffset<Dec>::value), X[e][0], P[e][0]), acc[0]);
-            acc[2] = fmaf(s1, fmaf(-float(SumOffset<Dec>::value), X[e][2], P[e][2]), acc[2]);
-        } else {
-            acc[0] = fmaf(s0, P[e][0], fmaf(n0, X[e][0], acc[0]));
-            acc[2] = fmaf(s1, P[e][2], fmaf(n1, X[e][2], acc[2]));
-        }
-    }
+    for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][0], P[e][2], X[e][0], acc);
 }
 
 // kOptLaneCols: as staged_sub_block_lanes, but the B lanes (2 tig + e, tig) give x of lane tig's
@@ -1425,18 +1430,7 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
         }
     }
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        float s0, n0, s1, n1;
-        Dec::lane_scale(h0, e, s0, n0);
-        Dec::lane_scale(h1, e, s1, n1);
-        if constexpr (SumOffset<Dec>::value != 0) {  // as staged_sub_block_chunk's
-            acc[0] = fmaf(s0, fmaf(-float(SumOffset<Dec>::value), X[e], P[e][e]), acc[0]);
-            acc[2] = fmaf(s1, fmaf(-float(SumOffset<Dec>::value), X[e], P[e][2 + e]), acc[2]);
-        } else {
-            acc[0] = fmaf(s0, P[e][e], fmaf(n0, X[e], acc[0]));
-            acc[2] = fmaf(s1, P[e][2 + e], fmaf(n1, X[e], acc[2]));
-        }
-    }
+    for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][e], P[e][2 + e], X[e], acc);
 }
 
 // ---- byte streams as signed integers with scales on float32 sums (gguf IQ types) ------------
