@@ -170,10 +170,6 @@ VARIANTS["scale2-off"] = {"FTW_CUDA_STAGED_SCALE2": "0"}
 # per 2 values, as before; unitcols-on: unit columns for every decoder that has them
 VARIANTS["unitcols-off"] = {"FTW_CUDA_STAGED_UNITCOLS": "0"}
 VARIANTS["unitcols-on"] = {"FTW_CUDA_STAGED_UNITCOLS": "1"}
-# down's 32-row unit-columns kernel at 20 warps per SM (kOptDown20, FTW_CUDA_STAGED_DOWN20=1: 96
-# registers, 32-bit offsets for its copies and sides); "unitcols-down20": unit columns for nvfp4 too
-VARIANTS["down20"] = {"FTW_CUDA_STAGED_DOWN20": "1"}
-VARIANTS["unitcols-down20"] = {"FTW_CUDA_STAGED_UNITCOLS": "1", "FTW_CUDA_STAGED_DOWN20": "1"}
 # phase 0 as a programmatic dependent of the previous step's phase 1 (FTW_CUDA_PDL0, experts_kernels.cuh:
 # phase0_wait): "pdl0" on, "pdl0-off" off, "pdl0-early" on with early weights everywhere; where a
 # step's time goes: "only0" / "only1" launch only gate_up / only down (phase 1 launched after the

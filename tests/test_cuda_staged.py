@@ -20,8 +20,7 @@ float32 sums, the activation rounded to bf16 once).
   splitting a row, down in parts), every E8M0 byte of the exact range, every e4m3 byte, tokens of
   2^-24 .. 2^24, and e2m1 codes all 0.5 (a bf16 subnormal in the mma: a tensor core that flushed
   it would give zeros); the edge cases also in 32-row stages (nvfp4: its two groups in two mma
-  columns, the e4m3 scale pair by one cvt), and with down at 20 warps per SM
-  (FTW_CUDA_STAGED_DOWN20=1: 32-bit offsets for its copies and sides);
+  columns, the e4m3 scale pair by one cvt);
 - nvfp4 block scales over every finite e4m3 byte, signed and subnormal (the decoder places the
   scale's bits into a bf16 and multiplies by 2^184 in two exact steps), and an expert whose
   scales are all subnormal (0x01..0x07: a decoder that flushed them would give zeros).
@@ -231,28 +230,13 @@ def test_staged_unit_cols(name, unitcols, case, monkeypatch):
 
 
 # the unit-columns kernels the edge tests below run in: the rules' choice (16-row stages at their
-# sizes), 32-row stages, and 32-row stages with down at 20 warps per SM (kOptDown20)
-STAGES = {"auto": {}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"},
-          "rows32_down20": {"FTW_CUDA_STAGED_ROWS32": "1", "FTW_CUDA_STAGED_DOWN20": "1"}}
+# sizes) and 32-row stages
+STAGES = {"auto": {}, "rows32": {"FTW_CUDA_STAGED_ROWS32": "1"}}
 
 
 def set_stage(stage, monkeypatch):
     for k, v in STAGES[stage].items():
         monkeypatch.setenv(k, v)
-
-
-# kOptDown20 (FTW_CUDA_STAGED_DOWN20=1: down's 32-row unit-columns kernel at 96 registers, 20 warps
-# per SM, its copy sources and side rows as 32-bit offsets) on UNITCOLS_CASES' 32-row paths: down
-# rows of a partial chunk (rows32), down in 2 parts (parts2), the rules' own choice (default).
-DOWN20_CASES = ("rows32", "parts2", "default")
-
-
-@pytest.mark.parametrize("name", FP4)
-@pytest.mark.parametrize("case", DOWN20_CASES)
-def test_unit_cols_down20(name, case, monkeypatch):
-    monkeypatch.setenv("FTW_CUDA_STAGED_UNITCOLS", "1")
-    monkeypatch.setenv("FTW_CUDA_STAGED_DOWN20", "1")
-    check_case(name, UNITCOLS_CASES, case, [31, FP4.index(name), DOWN20_CASES.index(case)], monkeypatch)
 
 
 @pytest.mark.parametrize("unitcols", ["0", "1"])

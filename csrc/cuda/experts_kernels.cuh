@@ -950,15 +950,6 @@ constexpr int kOptFine = 512;
 //                ceiling), qwen3-30b-a3b equal (19.4 -> 19.2, 18.7 -> 18.6); nvfp4 slower (its
 //                kUnitColsDefault is false).
 constexpr int kOptUnitCols = 1024;
-//   kOptDown20   with kOptUnitCols and kOptRows32, phase 1: __launch_bounds__(128, 5), 20 warps per
-//                SM at 96 registers instead of 16 at 128 (the kernel is latency-bound: ncu, deepseek-v3
-//                mxfp4 T = 1, issue slots 51% / 44% busy, no pipe above 54%), made to fit by keeping
-//                the copy sources and the side rows as 32-bit offsets from one base each (8 + 4
-//                64-bit pointers -> 12 words): mxfp4 spills 12 bytes, none in the stage loop, 648
-//                instructions per stage against 637; nvfp4 36 bytes (one local load per two stages),
-//                675 against 647 (20 warps without the offsets spilled 100-312 bytes and ran 24-32%
-//                slower: docs/BENCHMARKS.md "FP4J"). Where staged_down20 says (FTW_CUDA_STAGED_DOWN20)
-constexpr int kOptDown20 = 32768;  // (a bit of its own: kOptLaneBlocks is 8192, kOptLaneCols 16384)
 constexpr int kUnitColsX = 57;  // (nvfp4's factor, e4m3 * 2^-120 placed into a float, times 2^(127): 2^127 at most)
 constexpr uint32_t kUnitColsXBf16x2 = uint32_t(127 + kUnitColsX) << 23 | uint32_t(127 + kUnitColsX) << 7;
 constexpr int kStagedUnitOpt = kOptDecode | kOptLean | kOptActPerm;
@@ -1000,10 +991,10 @@ constexpr int kOptLaneBlocks = 8192;
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
-// made kernels read as others (kOptOneColumn / kOptUnitCols, kOptDown20 / kOptLaneBlocks)
+// made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptDown20};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1527,7 +1518,6 @@ FTW_OPTIONAL_MEMBER(BlockWarps, kBlockWarps, int, 0);
 
 template <class Dec, int PH, int S, int OPT>
 __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0              ? 6
-                                      : (OPT & kOptDown20) != 0                         ? 5
                                       : ByteStream<Dec>::value || (OPT & kOptWide) != 0 ? 4
                                                                                         : 5)
     experts_decode_staged(const KernelParams p, const int nbands, const int cpw, const int nparts) {
@@ -1544,8 +1534,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
-    constexpr bool O32 = (OPT & kOptDown20) != 0;  // 32-bit offsets for the copies and the sides
-    static_assert(!O32 || (UC && PH == 1 && (OPT & kOptRows32) != 0), "20 warps: down's 32-row unit-columns kernel");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1613,10 +1601,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     const uint8_t* pw[4 * TR];  // LEAN: with this lane's unit offset (lane & 7) * 16
     bool pwok[4 * TR];
     typename Dec::Row prow[2 * TR];  // rows g + 8 h
-    // O32: the slot's weights and scales, and pw's / prow's rows as 32-bit offsets from them
-    const uint8_t* pbase = nullptr;
-    const uint8_t* sbase = nullptr;
-    uint32_t pw32[O32 ? 4 * TR : 1], ps32[O32 ? 2 * TR : 1];
     typename ChunkRowOf<Dec>::type pcrow[2];  // chunk-scaled decoders: rows g, g + 8's scales
     Side side[S][2][2 * TR];  // [stage][j][h]
     float cscale[S][2][2];
@@ -1625,27 +1609,15 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         if (pslot < 0) return;
         pnv = max(0, min(cpw, nchunks - pc0));
         const uint8_t* w = Dec::weights(p, PH, pslot);
-        if constexpr (O32) {
-            pbase = w, sbase = Dec::side_base(p, PH, pslot);
 #pragma unroll
-            for (int k = 0; k < 4 * TR; ++k)
-                pw32[k] = uint32_t(tile_row(band, (lane >> 3) + 4 * k, pwok[k])) * uint32_t(wrow) + (lane & 7) * 16;
+        for (int k = 0; k < 4 * TR; ++k)
+            pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN || WC ? (lane & 7) * 16 : 0);
 #pragma unroll
-            for (int h = 0; h < 2 * TR; ++h) {
-                bool ok;
-                ps32[h] = Dec::side_row(p, PH, tile_row(band, g + 8 * h, ok));
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 4 * TR; ++k)
-                pw[k] = w + tile_row(band, (lane >> 3) + 4 * k, pwok[k]) * wrow + (LEAN || WC ? (lane & 7) * 16 : 0);
-#pragma unroll
-            for (int h = 0; h < 2 * TR; ++h) {
-                bool ok;
-                const int r = tile_row(band, g + 8 * h, ok);
-                prow[h] = Dec::row(p, PH, pslot, r);
-                if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
-            }
+        for (int h = 0; h < 2 * TR; ++h) {
+            bool ok;
+            const int r = tile_row(band, g + 8 * h, ok);
+            prow[h] = Dec::row(p, PH, pslot, r);
+            if constexpr (CS) pcrow[h] = Dec::chunk_row(p, PH, pslot, r);
         }
     };
     auto producer_item = [&]() {
@@ -1665,21 +1637,13 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const uint32_t off = uok ? uint32_t(c) * 128u : 0u;
                 const uint32_t dst = ring_s + (d * SU + (lane >> 3) * 8 + ((lane & 7) ^ (((lane >> 3) & 1) << 2))) * 16;
 #pragma unroll
-                for (int k = 0; k < 4 * TR; ++k) {
-                    if constexpr (O32)
-                        cp_async16(dst + k * 512, pbase + (pw32[k] + off), uok && pwok[k] ? 16 : 0);
-                    else
-                        cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
-                }
+                for (int k = 0; k < 4 * TR; ++k) cp_async16(dst + k * 512, pw[k] + off, uok && pwok[k] ? 16 : 0);
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int uj = min(c * 8 + tig + 4 * j, nunits - 1);  // past the row: zero-filled weights
 #pragma unroll
                     for (int h = 0; h < 2 * TR; ++h) {
-                        if constexpr (O32)
-                            side[d][j][h] = Dec::side_at(sbase, ps32[h], uj);
-                        else
-                            side[d][j][h] = Dec::side(prow[h], uj);
+                        side[d][j][h] = Dec::side(prow[h], uj);
                         if constexpr (CS)
                             cscale[d][j][h] = c * 8 + 4 * j < nunits ? Dec::chunk_scale(p, PH, pcrow[h], 2 * c + j) : 0.f;
                     }
@@ -2631,14 +2595,6 @@ bool staged_unit_cols(const KernelParams& p) {
     }
 }
 
-// kOptDown20 for down's 32-row unit-columns kernel: FTW_CUDA_STAGED_DOWN20=1, where a slot's down
-// weights and scales have 32-bit offsets (compiled, not yet run on the GPU: off by default; read
-// at every launch).
-template <class Dec>
-bool staged_down20(const KernelParams& p) {
-    return env_is("FTW_CUDA_STAGED_DOWN20", "1") && int64_t(p.H) * (p.I / Dec::VEC) * 16 < (int64_t(1) << 32);
-}
-
 template <class Dec, int PH, int S>
 void launch_staged(const KernelParams& p, cudaStream_t stream) {
     if constexpr (ByteStream<Dec>::value) {
@@ -2656,12 +2612,9 @@ void launch_staged(const KernelParams& p, cudaStream_t stream) {
             // a ring of 2 stages of 4 KB, at 128 registers (at 96, fp4's phases spill 88-96 bytes)
             if ((opt & ~kOptWide) == kStagedUnitOpt && staged_rows32<Dec>(p, PH, nchunks)) {
                 if constexpr (HasUnitCols<Dec>::value)
-                    if (staged_unit_cols<Dec>(p)) {
-                        constexpr int uc = kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols;
-                        if constexpr (PH == 1)
-                            if (staged_down20<Dec>(p)) return launch_staged_opt<Dec, PH, 2, uc | kOptDown20>(p, stream);
-                        return launch_staged_opt<Dec, PH, 2, uc>(p, stream);
-                    }
+                    if (staged_unit_cols<Dec>(p))
+                        return launch_staged_opt<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32 | kOptUnitCols>(
+                            p, stream);
                 return launch_staged_scale2<Dec, PH, 2, kStagedUnitOpt | kOptWide | kOptRows32>(p, stream);
             }
             if constexpr (HasUnitCols<Dec>::value) {  // (the rules below keep kOptFine and early weights from it)

@@ -62,15 +62,6 @@ struct ScaledUnits {
         uint32_t s;
     };
     __device__ static Side side(const Row& row, int u) { return {__ldg(row.s + u / UNITS)}; }
-    // side(row(p, proj, slot, r), u) from the slot's scale matrix and a 32-bit byte offset
-    // (kOptDown20: one 64-bit base for the rows instead of a pointer per row)
-    __device__ static const uint8_t* side_base(const KernelParams& p, int proj, int slot) { return bank_row(p, 2 + proj, slot); }
-    __device__ static uint32_t side_row(const KernelParams& p, int proj, int r) {
-        return uint32_t(r) * uint32_t(weight_row_bytes(p, proj) / (16 * UNITS) * sizeof(SCALE_T));
-    }
-    __device__ static Side side_at(const uint8_t* base, uint32_t row, int u) {
-        return {__ldg(reinterpret_cast<const SCALE_T*>(base + (row + uint32_t(u / UNITS) * uint32_t(sizeof(SCALE_T)))))};
-    }
     __device__ static Raw raw(const uint4& w, const Side& s) { return {w, s.s}; }
 };
 
