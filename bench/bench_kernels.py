@@ -95,11 +95,6 @@ VARIANTS["lanes-0"] = {"FTW_CUDA_STAGED_LANES": "0"}
 VARIANTS["lanes-1"] = {"FTW_CUDA_STAGED_LANES": "1"}
 VARIANTS["lanes-2"] = {"FTW_CUDA_STAGED_LANES": "2"}
 VARIANTS["staged-one-1-lanes-0"] = {"FTW_CUDA_STAGED_ONE": "1", "FTW_CUDA_STAGED_LANES": "0"}
-# gguf Q4_K, Q5_K, Q8_0: x's sums per 32-value sub-block (FTW_CUDA_STAGED_XSUMS): xsums-0 mma against
-# a row of ones per k16 step; xsums-1 a table filled once per block and phase (kOptXSums), gate_up /
-# down in that phase only; xsums-dense 2 mma per chunk in the lane-columns body (kOptXDense)
-for _v in ("0", "1", "gate_up", "down", "dense"):
-    VARIANTS[f"xsums-{_v}"] = {"FTW_CUDA_STAGED_XSUMS": _v}
 # Q2_K / Q3_K's scales in the mma with a pair of scales per sub-block (before K3's wide lanes, the default)
 VARIANTS["gguf-wide-0"] = {"FTW_GGUF_CUDA_WIDE": "0"}
 # the decoders on float32 sums (gguf K-quants, Q8_0, IQ types) copying whole-block chunks from the

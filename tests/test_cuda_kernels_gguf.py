@@ -341,49 +341,6 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
     check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
 
 
-# x's sums per 32-value sub-block for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_XSUMS): "1" from a
-# table filled once per block and phase (kOptXSums; phase 1's from act, after the wait for phase 0),
-# "gate_up" / "down" in that phase only, "dense" by 2 mma per chunk in the lane-columns body
-# (kOptXDense), "0" mma against a row of ones per k16 step; in the one-column kernel with lane columns
-# (FTW_CUDA_STAGED_LANES=2, at any T: items of one pair beside items of several), with the one-column
-# body (=0), and in the kernel of the full body alone (FTW_CUDA_STAGED_ONE=0)
-XSUMS = ["1", "gate_up", "down", "dense", "0"]
-
-
-@pytest.mark.parametrize("xsums", XSUMS)
-@pytest.mark.parametrize("one, lanes", [("1", "2"), ("1", "0"), ("0", "")])
-@pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 1, {}), (("Q4_K", "Q4_K", "Q4_K"), 8, {}),
-                                            (("Q5_K", "Q5_K", "Q5_K"), 1, {}), (("Q5_K", "Q5_K", "Q5_K"), 3, {}),
-                                            (("Q8_0", "Q8_0", "Q8_0"), 1, {}), (("Q8_0", "Q8_0", "Q8_0"), 8, {}),
-                                            (("Q4_K", "Q4_K", "Q5_K"), 1, {"H": 2048, "I": 512, "K": 8}),
-                                            (("Q8_0", "Q8_0", "Q4_K"), 8, {"H": 2048, "I": 768, "E": 8, "K": 8}),
-                                            (("Q5_K", "Q5_K", "Q8_0"), 2, {"H": 1024, "I": 1024, "K": 6})])
-def test_xsums_table(types, T, size, one, lanes, xsums, monkeypatch):
-    """Every way to x's sums gives the reference's values: T = 1 (every item one pair) and T > 1
-    (independent routings: items of one pair and of several, pair columns past an item's pairs),
-    rows of 2, 3, 4 and 8 chunks, several warps splitting a row (H = 2048), gate_up and down of
-    different types, tables of 1 to 64 rows (phase 1 at T = 8, K = 8)."""
-    monkeypatch.setenv("FTW_CUDA_STAGED_XSUMS", xsums)
-    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", one)
-    monkeypatch.setenv("FTW_CUDA_STAGED_LANES", lanes)
-    size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
-    check(types, T, [29, T, sum(map(ord, "".join(types)))], **size)  # the same data for every way
-
-
-@pytest.mark.parametrize("xsums", ["1", "dense"])
-@pytest.mark.parametrize("types, T, size", [(("Q4_K", "Q4_K", "Q4_K"), 8, {"H": 512, "I": 2304, "E": 8, "K": 8}),
-                                            (("Q8_0", "Q8_0", "Q8_0"), 1, {"H": 544, "I": 288}),
-                                            (("Q8_0", "Q8_0", "Q8_0"), 4, {"H": 800, "I": 512})])
-def test_xsums_table_past_its_bounds(types, T, size, xsums, monkeypatch):
-    """Where the table does not fit (phase 1 at T = 8, K = 8, I = 2304: 18 KB, past the 16 KB taken;
-    phase 0's 2 KB fits) and where Q8_0's rows are not whole chunks (H = 544, 800; I = 288: those
-    phases decode without sums), the switch leaves the mma of ones or the other kernel."""
-    monkeypatch.setenv("FTW_CUDA_STAGED_XSUMS", xsums)
-    monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
-    monkeypatch.setenv("FTW_CUDA_STAGED_LANES", "2")
-    check(types, T, [31, T, sum(map(ord, "".join(types)))], **size)
-
-
 # Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
 # default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
 PARTS = ["", "1"]

@@ -990,21 +990,11 @@ constexpr int kOptLaneBlocks = 8192;
 //   kOptLaneCols   with kOptLaneBlocks: lane tig's two sub-blocks in columns 2 tig and 2 tig + 1
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
-//   kOptXSums      decoders on 32-value sub-block sums with mins (kSums32: gguf Q4_K, Q5_K, Q8_0):
-//                  the sums of x over each sub-block (the min term's X) from a table in shared
-//                  memory, filled once per block and phase (phase 0: x's, per token; phase 1: act's,
-//                  per pair, after the wait for phase 0), instead of mma against a row of ones in
-//                  every chunk: the lane-columns body (2 floats per chunk), the one-column body and
-//                  the full body (a lane's pair columns' sums). FTW_CUDA_STAGED_XSUMS (staged_xsums)
-//   kOptXDense     with kOptLaneCols: the lane's two sub-block sums by 2 mma per chunk (x of the
-//                  chunk's sub-block g in column g, every lane 8 values, against a matrix of ones)
-//                  instead of 8 (one per step against the lane columns' x)
-constexpr int kOptXSums = 65536, kOptXDense = 131072;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols,  kOptXSums,    kOptXDense};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1171,13 +1161,10 @@ __device__ __forceinline__ void chunk_decode_scaled(const uint8_t* b, const Head
 // accumulators 0 and 2): no lane updates accumulators 1 and 3 (kOptOneColumn).
 // A4: both blocks start on a 4-byte boundary (decoders with kAligned4: their head and decode_scaled
 // with A4 read them so).
-// XT: X from the table of x's sub-block sums (kOptXSums): xt0, xt1 the chunk's 8 sums of the lane's
-// pair columns 2 tig and 2 tig + 1 (ONE: xt0 alone), instead of mma against a row of ones.
 FTW_OPTIONAL_MEMBER(Aligned4, kAligned4, bool, false);
-template <class Dec, bool ONE = false, bool A4 = false, bool XT = false>
+template <class Dec, bool ONE = false, bool A4 = false>
 __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xc,
-                                                       int tig, float (&acc)[4], const float* xt0 = nullptr,
-                                                       const float* xt1 = nullptr) {
+                                                       int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
     constexpr int SV = SubBlockValues<Dec>::value;
     constexpr bool MINS = SubBlockMins<Dec>::value;
@@ -1250,16 +1237,10 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
         add_chunk_sums<Dec, MINS>(h0, h1, C, M, acc);
         return;
     }
-    static_assert(!XT || (SV == 32 && MINS), "the table's sums: 32-value sub-blocks with mins");
     float cs[4] = {0.f, 0.f, 0.f, 0.f};  // with UNITS: the chunk's sums in units of each row's d
     float(&a)[4] = UNITS ? cs : acc;
 #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
-        float2 xt[2] = {};  // XT: sub-blocks 2 c2, 2 c2 + 1's sums of pair columns 2 tig, 2 tig + 1
-        if constexpr (XT) {
-            xt[0] = reinterpret_cast<const float2*>(xt0)[c2];
-            if constexpr (!ONE) xt[1] = reinterpret_cast<const float2*>(xt1)[c2];
-        }
         uint4 xv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -1295,12 +1276,8 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
                     const int k = 2 * (KS * t + i), h = (k + 4) % NW;  // (h: k + 4, in range where NW = 4)
                     mma_bf16_acc(P, wa[e][h], wb[e][h], wa[e][h + 1], wb[e][h + 1], xe[k], xe[k + 1]);
                 }
-                if constexpr (XT) {  // column 2 tig + (i & 1)'s sum, the same for both rows
-                    X[0] = X[2] = e ? xt[0].y : xt[0].x;
-                    X[1] = X[3] = e ? xt[1].y : xt[1].x;
-                }
 #pragma unroll
-                for (int i = 0; i < KS && MINS && !XT; ++i) {  // every row: the sum of x
+                for (int i = 0; i < KS && MINS; ++i) {  // every row: the sum of x
                     const int k = 2 * (KS * t + i);
                     if (i == 0)
                         mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xe[k], xe[k + 1]);
@@ -1410,15 +1387,9 @@ __device__ __forceinline__ void staged_sub_block_lanes(const uint8_t* b0, const 
 // sub-block 2 tig + e alone: one mma per step sums the ones against both columns (X: 8 mma a chunk
 // instead of 16), P[e]'s column 2 tig + e is sub-block 2 tig + e's sum (its other column, the other
 // sub-block's x against it, is dropped), and a lane loads one 16-byte x per step pair, not two.
-// XS: where X comes from: kXSumsMma as above; kXSumsTable the table of x's sub-block sums (kOptXSums:
-// xt the lane's two, sub-blocks 2 tig and 2 tig + 1 of the chunk); kXSumsDense 2 mma against a matrix
-// of ones (kOptXDense: xd the chunk's values 32 g + 8 tig .., so that quad g gives sub-block g's 32
-// values in column g, and the lane's accumulators 0 and 1 are columns 2 tig and 2 tig + 1)
-constexpr int kXSumsMma = 0, kXSumsTable = 1, kXSumsDense = 2;
-template <class Dec, int XS = kXSumsMma>
+template <class Dec>
 __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, const uint8_t* b1,
-                                                           const __nv_bfloat16* xl, int tig, float (&acc)[4],
-                                                           const float* xt = nullptr, const __nv_bfloat16* xd = nullptr) {
+                                                           const __nv_bfloat16* xl, int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
     static_assert(SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value, "32-value sub-blocks with mins");
     constexpr int NW = SplitValues<Dec>::value ? 8 : 4;
@@ -1443,21 +1414,11 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
                 if constexpr (NW == 8)  // split values: their second parts, same x
                     mma_bf16_acc(P[e], wa[e][k + 4], wb[e][k + 4], wa[e][k + 5], wb[e][k + 5], x0, x1);
             }
-            if constexpr (XS == kXSumsMma) {
-                if (p == 0 && k == 0)
-                    mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
-                else
-                    mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
-            }
+            if (p == 0 && k == 0)
+                mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
+            else
+                mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, x0, x1);
         }
-    }
-    if constexpr (XS == kXSumsTable) {
-        const float2 t = *reinterpret_cast<const float2*>(xt);
-        X[0] = t.x, X[1] = t.y;
-    } else if constexpr (XS == kXSumsDense) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xd));
-        mma_bf16_zero(X, kOnes, kOnes, kOnes, kOnes, xv.x, xv.y);
-        mma_bf16_acc(X, kOnes, kOnes, kOnes, kOnes, xv.z, xv.w);
     }
 #pragma unroll
     for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][e], P[e][2 + e], X[e], acc);
@@ -1577,9 +1538,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
     constexpr int UG = UnitGroups<Dec>::value;  // kOptUnitCols: scale groups per unit (columns per lane)
-    constexpr bool XTAB = (OPT & kOptXSums) != 0, XDENSE = (OPT & kOptXDense) != 0;
-    static_assert(!XTAB || (BS && kSums32<Dec>), "the table of x's sums: 32-value sub-blocks with mins");
-    static_assert(!XDENSE || (!XTAB && (OPT & kOptLaneCols) != 0), "x's sums by 2 mma: the lane-columns body");
     static_assert(!EARLY || LEAN, "early weights run the lean producer");
     static_assert(!UC || (LEAN && AP && !CS && HasUnitCols<Dec>::value && (UG == 1 || UG == 2)),
                   "unit columns: the lean producer, act in pair order, a decoder with the interface");
@@ -1596,7 +1554,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     const uint32_t lds_unit[2] = {ring_s + (g * 8 + (tig ^ ((g & 1) << 2))) * 16,
                                   ring_s + (g * 8 + ((tig + 4) ^ ((g & 1) << 2))) * 16};
     float* red = reinterpret_cast<float*>(s_dyn + KS * S * SU);  // [KS - 1][4 TR][32]
-    float* xtab = red + (KS - 1) * 4 * TR * 32;  // XTAB: [token (phase 0) or pair (1)][in / 32]
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / V;
     const int nchunks = (nunits + 7) >> 3;
@@ -1844,34 +1801,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         __syncthreads();
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
-    const int nsub = in / 32;  // XTAB: sub-blocks per row
-    if constexpr (XTAB) {
-        // the table of sums over each 32-value sub-block of x (phase 0: every token's) or act (phase
-        // 1: every pair's, after the wait above), with the first S chunks in flight: 4 adjacent
-        // lanes sum a sub-block, 16 bytes each, then 2 shuffles (the loop is uniform across the block)
-        const uint4* src = reinterpret_cast<const uint4*>(PH == 0 ? p.x : p.act);
-        const int n = (PH == 0 ? p.T : p.T * p.K) * (in / 8);  // 16-byte pieces
-        for (int v0 = 0; v0 < n; v0 += 4 * int(blockDim.x)) {
-            uint4 u[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const int v = v0 + k * int(blockDim.x) + int(threadIdx.x);
-                u[k] = v < n ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const uint32_t w[4] = {u[k].x, u[k].y, u[k].z, u[k].w};
-                float sum = 0.f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) sum += __uint_as_float(w[i] << 16) + __uint_as_float(w[i] & 0xFFFF0000u);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                const int v = v0 + k * int(blockDim.x) + int(threadIdx.x);
-                if (v < n && (v & 3) == 0) xtab[v >> 2] = sum;
-            }
-        }
-        __syncthreads();
-    }
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -1898,18 +1827,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         if ((SubBlocks<Dec>::value || IntSums<Dec>::value) && xsub == nullptr && count > 0) {
             const int pair = rt.pairs[dx][0];
             xsub = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
-        }
-        // XTAB: the table rows of the lane's pair columns 2 tig and 2 tig + 1 (a column past the
-        // item's pairs: its first pair's, as xsub)
-        int xto[2] = {0, 0};
-        if constexpr (XTAB) {
-            if (count > 0) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int q = 2 * tig + e, pair = rt.pairs[dx][q < count ? q : 0];
-                    xto[e] = (PH == 0 ? pair / p.K : pair) * nsub;
-                }
-            }
         }
         uint32_t rlow[2] = {0u, 0u};  // byte streams: global address mod 16 of rows g, g + 8
         if constexpr (BS) {
@@ -2069,30 +1986,19 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
-                        const float* xt0 = xtab + xto[0] + 8 * c;  // XTAB: the chunk's sums of the lane's columns
-                        const float* xt1 = xtab + xto[1] + 8 * c;
                         if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1) {  // (warp-uniform)
-                                if constexpr ((OPT & kOptLaneCols) != 0) {  // the B lanes (2 tig + e, tig): x
-                                    const __nv_bfloat16* xl = (g >> 1) == tig ? xsub + int64_t(c) * 256 + 32 * g : lane_zeros();
-                                    if constexpr (XTAB)
-                                        staged_sub_block_lane_cols<Dec, kXSumsTable>(b0, b1, xl, tig, acc[0], xt0 + 2 * tig);
-                                    else if constexpr (XDENSE)
-                                        staged_sub_block_lane_cols<Dec, kXSumsDense>(
-                                            b0, b1, xl, tig, acc[0], nullptr, xsub + int64_t(c) * 256 + 32 * g + 8 * tig);
-                                    else
-                                        staged_sub_block_lane_cols<Dec>(b0, b1, xl, tig, acc[0]);
-                                } else if constexpr ((OPT & kOptLaneBlocks) != 0) {  // the B lanes (2 tig, tig): x
+                                if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
+                                    staged_sub_block_lane_cols<Dec>(
+                                        b0, b1, (g >> 1) == tig ? xsub + int64_t(c) * 256 + 32 * g : lane_zeros(), tig, acc[0]);
+                                else if constexpr ((OPT & kOptLaneBlocks) != 0)  // the B lanes (2 tig, tig): x
                                     staged_sub_block_lanes<Dec>(
                                         b0, b1, g == 2 * tig ? xsub + int64_t(c) * 256 + 64 * tig : lane_zeros(), tig, acc[0]);
-                                } else {
-                                    staged_sub_block_chunk<Dec, true, false, XTAB>(b0, b1, xc, tig, acc[0], xt0);
-                                }
+                                else
+                                    staged_sub_block_chunk<Dec, true>(b0, b1, xc, tig, acc[0]);
                             } else {
-                                staged_sub_block_chunk<Dec, false, false, XTAB>(b0, b1, xc, tig, acc[0], xt0, xt1);
+                                staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
                             }
-                        } else if constexpr (XTAB) {
-                            staged_sub_block_chunk<Dec, false, false, true>(b0, b1, xc, tig, acc[0], xt0, xt1);
                         } else if constexpr (Aligned4<Dec>::value) {
                             // every lane's two blocks on a 4-byte boundary: the aligned body
                             const uint32_t lows = uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
@@ -2527,16 +2433,14 @@ struct StagedShape {
     int ks, cpw, per, grid;
 };
 // fine (kOptFine): the fewest warps (up to 4) that give each at most 2 chunks of an item instead.
-// extra: shared memory per block past the ring and the reduction (kOptXSums' table; `fit` is then
-// the caller's for that size).
 template <class Kernel>
 StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, int fewest, int most, int (&fit)[5],
-                         bool fine = false, int prefer = 0, int extra = 0) {
+                         bool fine = false, int prefer = 0) {
     const int sms = device_sms();
     auto cap_of = [&](int ks) {  // blocks that fit on the GPU at once
         int n = 0;  // remembered only once the device answered
         if (fit[ks] == 0 &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units, tiles) + extra) ==
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * ks, staged_smem(ks, S, units, tiles)) ==
                 cudaSuccess)
             fit[ks] = n;
         return sms * std::max(fit[ks], 1);
@@ -2589,25 +2493,6 @@ bool staged_fine(const KernelParams& p, int PH) {
     return items < 12LL * device_sms();
 }
 
-// kOptXSums' table: the sums of x per 32-value sub-block, T rows in phase 0 (x), T * K in phase 1
-// (act), in / 32 floats each; taken where it fits in kXSumsMaxBytes (deepseek-v3 at T = 8: 7 KB and
-// 16 KB)
-constexpr int kXSumsMaxBytes = 16384;
-inline int xsums_bytes(const KernelParams& p, int PH) {
-    return (PH == 0 ? p.T : p.T * p.K) * ((PH == 0 ? p.H : p.I) / 32) * 4;
-}
-// Where the decoders on 32-value sub-block sums with mins (kSums32) take x's sums per sub-block
-// from (read at every launch): FTW_CUDA_STAGED_XSUMS=1 the table (kOptXSums) in both phases where
-// it fits, =gate_up / =down in that phase only, =dense 2 mma per chunk in the lane-columns body
-// (kOptXDense); unset or 0 mma against a row of ones per k16 step (kOptXSums' or kOptXDense's bit,
-// or 0).
-inline int staged_xsums(const KernelParams& p, int PH) {
-    const char* v = env_or("FTW_CUDA_STAGED_XSUMS", "");
-    if (std::strcmp(v, "dense") == 0) return kOptXDense;
-    const bool on = std::strcmp(v, "1") == 0 || std::strcmp(v, PH == 0 ? "gate_up" : "down") == 0;
-    return on && xsums_bytes(p, PH) <= kXSumsMaxBytes ? kOptXSums : 0;
-}
-
 // Parts of a phase 1 item at T = 1 (down adds into out, so blocks can share an item's chunks):
 // the count of 1, 2, 4 (each part at least staged_part_min chunks) whose shape gives each warp the fewest
 // chunks in all, or FTW_CUDA_STAGED_PARTS's. Where the items do not divide into the blocks that
@@ -2619,17 +2504,12 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     const auto kernel = experts_decode_staged<Dec, PH, S, OPT>;
     constexpr int tiles = (OPT & kOptRows32) != 0 ? 2 : 1;  // 16-row tiles per stage and item
     constexpr int units = StageShape<Dec>::kUnits * tiles;
-    // kOptXSums: the table's bytes (at most kXSumsMaxBytes: staged_xsums), its occupancy asked per
-    // 2 KB of table
-    const int xbytes = (OPT & kOptXSums) != 0 ? xsums_bytes(p, PH) : 0, xq = (xbytes + 2047) / 2048;
-    static int fits[kXSumsMaxBytes / 2048 + 1][5] = {};  // blocks per SM by table size and KS (occupancy); 0: not asked yet
-    int(&fit)[5] = fits[xq];
+    static int fit[5] = {};  // blocks per SM by KS (occupancy); 0: not asked yet
     // The ring of 4 warps plus the static routing table can pass the default 48 KB of shared
     // memory, also where the ring alone does not (gguf Q5_K: 45.5 KB + 2.6 KB failed to launch
     // with 4 warps on the H200): allow the largest launch below, once.
-    static const cudaError_t allowed = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        staged_smem(4, S, units, tiles) + ((OPT & kOptXSums) != 0 ? kXSumsMaxBytes : 0));
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, staged_smem(4, S, units, tiles));
     (void)allowed;
     const int in = PH == 0 ? p.H : p.I;
     const int nchunks = (in / Dec::VEC + 7) / 8;
@@ -2641,7 +2521,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
     constexpr bool fine = (OPT & kOptFine) != 0;
-    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, BlockWarps<Dec>::value, 2048 * xq);
+    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, BlockWarps<Dec>::value);
     int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
     // gguf Q4_K, Q5_K, Q8_0 on sums (kSums32): down in 2 parts where it has fewer than 12 16-row
     // items per SM when every token picks the same experts (qwen3-30b-a3b: 1024 single-warp items
@@ -2657,12 +2537,11 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
             if (!forced && nck < part_min) break;
-            const StagedShape t =
-                staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine, BlockWarps<Dec>::value, 2048 * xq);
+            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine, BlockWarps<Dec>::value);
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
-    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles) + xbytes, stream,
+    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream,
                   PH == 1 ? programmatic_launch() : phase0_programmatic(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
 }
 
@@ -2843,30 +2722,18 @@ bool staged_lane_blocks(const KernelParams& p) {
 
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages.
-// x's sums per sub-block (staged_xsums) in the kernels with whole-block copies at 2 stages: the
-// table in the lane-columns, one-column and full bodies, 2 mma in the lane-columns one (the lane
-// blocks in one column, FTW_CUDA_STAGED_LANES=1, and every other kernel keep the mma of ones).
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (kSums32<Dec>) {
-        constexpr bool xs_ok = (OPT & kOptWholeCopy) != 0;
-        const int xs = xs_ok && stages == 2 ? staged_xsums(p, PH) : 0;
         if (stages == 2 && staged_one_column(p, PH)) {
             if constexpr (LaneBlocks<Dec>::value && (OPT & kOptWholeCopy) != 0)
                 if (staged_lane_blocks<Dec>(p)) {  // in two columns per lane but with =1
                     if (env_is("FTW_CUDA_STAGED_LANES", "1"))
                         return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks>(p, stream), true;
-                    constexpr int lc = OPT | kOptOneColumn | kOptLaneBlocks | kOptLaneCols;
-                    if (xs == kOptXSums) return launch_staged_opt<Dec, PH, 2, lc | kOptXSums>(p, stream), true;
-                    if (xs == kOptXDense) return launch_staged_opt<Dec, PH, 2, lc | kOptXDense>(p, stream), true;
-                    return launch_staged_opt<Dec, PH, 2, lc>(p, stream), true;
+                    return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptLaneCols>(p, stream), true;
                 }
-            if constexpr (xs_ok)
-                if (xs == kOptXSums) return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptXSums>(p, stream), true;
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
         }
-        if constexpr (xs_ok)
-            if (xs == kOptXSums) return launch_staged_opt<Dec, PH, 2, OPT | kOptXSums>(p, stream), true;
     }
     if (stages == 3) return launch_staged_opt<Dec, PH, 3, OPT>(p, stream), true;
     if (stages == 2) return launch_staged_opt<Dec, PH, 2, OPT>(p, stream), true;
