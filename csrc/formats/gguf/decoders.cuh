@@ -785,9 +785,11 @@ __device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uin
 // overflow, no subnormal), so the bits are iq4_values' times 2^-62 (the decoder's kPost = 2^62
 // scales the float32 sums back). The nibble masks are made once per word of 8 values: 19
 // instructions per 8 values where iq4_values takes 27, and two table words in registers instead
-// of four (docs/BENCHMARKS.md, "IQ4 levels in one biased plane").
+// of four (docs/BENCHMARKS.md, "IQ4 levels in one biased plane"). RAW: the pairs (level + 128) *
+// 2^-133 themselves, unscaled (the staged kernel's byte columns: dl and the offset go elsewhere).
+template <bool RAW = false>
 __device__ __forceinline__ void iq4_values_biased(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
-    const uint32_t d = bf16x2_of(dl * 0x1p71f), c = bf16x2_of(dl * -0x1p-55f);
+    const uint32_t d = RAW ? 0u : bf16x2_of(dl * 0x1p71f), c = RAW ? 0u : bf16x2_of(dl * -0x1p-55f);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         // per nibble: bits 0..2 index a word pair, bit 3 picks the pair (iq4_lookup's two steps)
@@ -797,11 +799,25 @@ __device__ __forceinline__ void iq4_values_biased(const uint32_t (&q)[4], float 
             const uint32_t ih = i >> (16 * half), sh = sel >> (16 * half);
             const uint32_t u = prmt(prmt(tb::iq4nl_biased_word0, tb::iq4nl_biased_word1, ih),
                                     prmt(tb::iq4nl_biased_word2, tb::iq4nl_biased_word3, ih), sh);
-            w[2 * k + half] = bfma2(prmt(u, 0u, 0x4240u), d, c);      // (v_l, v_l+1)
-            w[8 + 2 * k + half] = bfma2(prmt(u, 0u, 0x4341u), d, c);  // (v_l+16, v_l+17)
+            if constexpr (RAW) {
+                w[2 * k + half] = prmt(u, 0u, 0x4240u);
+                w[8 + 2 * k + half] = prmt(u, 0u, 0x4341u);
+            } else {
+                w[2 * k + half] = bfma2(prmt(u, 0u, 0x4240u), d, c);      // (v_l, v_l+1)
+                w[8 + 2 * k + half] = bfma2(prmt(u, 0u, 0x4341u), d, c);  // (v_l+16, v_l+17)
+            }
         }
     }
 }
+
+// The staged kernel's byte columns (kOptByteCols) for IQ4: the values (level + 128) * 2^-133
+// (iq4_values_biased<true>) against x * 2^kUnitColsX give sum level x * 2^-76, the offset taken
+// off in the mma by the pair (-2^-126, -2^-126); the decode's weights are level * dl * 2^-62
+// (kPost 2^62), so the unit's scale is dl * 2^14 (an f16 d times ls - 32: 2^-24 .. 2^21, times 2^14
+// well inside float32)
+static_assert(kUnitColsX == 57, "IQ4 / MXFP4 byte columns: x times 2^57");
+constexpr float kIq4ColsScale = 0x1p14f;
+constexpr uint32_t kIq4ColsOffset = bf16x2_pow2(-126, true);
 
 // How IQ4_NL, IQ4_XS and MXFP4 make their values (ValueForm): kValueV1, the default (IQ4: one
 // biased plane and an fma per pair, iq4_values_biased; MXFP4: e2m1 pairs by one multiply each,
@@ -1032,6 +1048,25 @@ struct Fast<Q4_0> : Block18 {
                 int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
         }
     }
+    // The staged kernel's byte columns (kOptByteCols): the values 128 + q (int_pairs' pairs before
+    // its subtraction: a PRMT per pair, no HSUB2 and no HMUL2), the 136 taken off in the mma by the
+    // pair (-136, -136) against x, d on the unit's float32 sum
+    static constexpr bool kByteCols = true;
+    static constexpr uint32_t kByteColsOffset = bf16x2_biased(8) | 0x80008000u;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                const uint32_t n = (q[k] >> (4 * hi)) & 0x0F0F0F0Fu;
+                w[8 * hi + 2 * k] = prmt(n, 0x43u, 0x4140u);
+                w[8 * hi + 2 * k + 1] = prmt(n, 0x43u, 0x4342u);
+            }
+        }
+        return d;
+    }
 };
 
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
@@ -1047,6 +1082,15 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         uint32_t q[4];
         const float d = split(raw, q);
         Iq4Values<F>::values(q, d, w);
+    }
+    // the staged kernel's byte columns (kOptByteCols; kIq4ColsScale), with the default values only
+    static constexpr bool kByteCols = F == kValueV1, kByteColsX = true;
+    static constexpr uint32_t kByteColsOffset = kIq4ColsOffset;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+        iq4_values_biased<true>(q, 0.f, w);
+        return d * kIq4ColsScale;
     }
 };
 template <>
@@ -1090,6 +1134,26 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
 #pragma unroll
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
         }
+    }
+    // The staged kernel's byte columns (kOptByteCols): e2m1 * 2^-126 (e2m1x8_raw_mul, the same bits
+    // in either form) against x * 2^kUnitColsX give sum e2m1 x * 2^-69; the decode's weights are
+    // e2m1 * 2^(e - 127) * 2^-62, so the unit's scale is 2^(e - 120), exact for e <= 247 (255 is
+    // not a number)
+    static constexpr bool kByteCols = true, kByteColsX = true;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[6], e[1], q[4];
+        span_words(raw.s, v);
+        bytes_at<1, 7, true>(v, raw.o, e);
+        bytes_at<4, 8, true>(v, raw.o + 1, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t t[4];
+            e2m1x8_raw_mul(q[i], t);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = t[k];
+        }
+        static_assert(kUnitColsX == 57, "2^(e - 127 - 62 + 126 - 57)");
+        return __uint_as_float((min(e[0] & 0xFFu, 247u) + 7u) << 23);
     }
     // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
@@ -1135,6 +1199,17 @@ struct Iq4XsFast : Iq4Values<F> {
         const float dl = d * float(ls - 32);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         Iq4Values<F>::values(q, dl, w);
+    }
+    // the staged kernel's byte columns (kOptByteCols; kIq4ColsScale), with the default values only
+    static constexpr bool kByteCols = F == kValueV1, kByteColsX = true;
+    static constexpr uint32_t kByteColsOffset = kIq4ColsOffset;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        const int j = int(raw.j);
+        const float d = half_bits(raw.head.x);
+        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
+        const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
+        iq4_values_biased<true>(q, 0.f, w);
+        return d * float(ls - 32) * kIq4ColsScale;
     }
 };
 template <>
@@ -2444,6 +2519,21 @@ __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
     return n / T::size.block_values * T::size.block_bytes;
 }
 
+// Whether rows of type T decode with the staged kernel's byte columns (kOptByteCols: each lane of a
+// quad sums its own units unscaled, their scales on the float32 sums; Fast<T>::kByteCols) at T = 1:
+// FTW_GGUF_CUDA_UNITCOLS=1 wherever T has them, =0 never, unset where Fast<T>::kByteColsDefault
+// says (read at every launch). With them rows of type T decode staged at T = 1 (launch_typed).
+FTW_OPTIONAL_MEMBER(ByteColsDefault, kByteColsDefault, bool, false);
+template <class T>
+bool byte_cols_for(const KernelParams& p) {
+    if constexpr (!ByteCols<Fast<T>>::value) {
+        return false;
+    } else {
+        if (p.T != 1 || env_is("FTW_GGUF_CUDA_UNITCOLS", "0")) return false;
+        return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") || ByteColsDefault<Fast<T>>::value;
+    }
+}
+
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
 // a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
@@ -2467,6 +2557,15 @@ struct StagedRows {
         else
             F::decode(F::template load<M>(b, k), w);
     }
+    // the byte columns where F has them (kOptByteCols: Q4_0, IQ4_NL, IQ4_XS, MXFP4), at T = 1 where
+    // byte_cols_for<T> says
+    static constexpr bool kByteCols = ByteCols<F>::value && !LoadsTables<M>::value;
+    static constexpr bool kByteColsX = ByteColsX<F>::value;
+    static constexpr uint32_t kByteColsOffset = ByteColsOffset<F>::value;
+    __device__ static float decode_cols(const uint8_t* b, int k, uint32_t (&w)[16]) {
+        return F::decode_cols(F::template load<M>(b, k), w);
+    }
+    static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)
