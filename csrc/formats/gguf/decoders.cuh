@@ -1048,22 +1048,18 @@ struct Fast<Q4_0> : Block18 {
                 int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
         }
     }
-    // The staged kernel's byte columns (kOptByteCols): the values 128 + q (int_pairs' pairs before
-    // its subtraction: a PRMT per pair, no HSUB2 and no HMUL2), the 136 taken off in the mma by the
-    // pair (-136, -136) against x, d on the unit's float32 sum
+    // The staged kernel's byte columns (kOptByteCols): the values q - 8 (int_pairs without its
+    // multiply: a PRMT and an HSUB2 per pair, no HMUL2), d on the unit's float32 sum
     static constexpr bool kByteCols = true;
-    static constexpr uint32_t kByteColsOffset = bf16x2_biased(8) | 0x80008000u;
     __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
 #pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {  // values 4k.. (low nibbles), 16 + 4k.. (high)
-                const uint32_t n = (q[k] >> (4 * hi)) & 0x0F0F0F0Fu;
-                w[8 * hi + 2 * k] = prmt(n, 0x43u, 0x4140u);
-                w[8 * hi + 2 * k + 1] = prmt(n, 0x43u, 0x4342u);
-            }
+            for (int hi = 0; hi < 2; ++hi)  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), [](uint32_t v) { return v; },
+                          w + 8 * hi + 2 * k);
         }
         return d;
     }
