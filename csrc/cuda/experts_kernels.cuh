@@ -990,18 +990,22 @@ constexpr int kOptLaneBlocks = 8192;
 //   kOptLaneCols   with kOptLaneBlocks: lane tig's two sub-blocks in columns 2 tig and 2 tig + 1
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
-//   kOptByteCols   T = 1, byte-stream decoders with the byte-columns interface (gguf Q4_0, IQ4_NL,
-//                  IQ4_XS, MXFP4: kByteCols, decode_cols): kOptUnitCols' layout for their 32-value
-//                  units. Lane (g, tig) decodes its units tig + 4 j of rows g and g + 8 unscaled
-//                  (Q4_0: 128 + q, IQ4: (level + 128) * 2^-133, MXFP4: e2m1 * 2^-126), only the B lane
-//                  (2 tig, tig) gives the unit's x (times 2^kUnitColsX where kByteColsX), the others
-//                  zeros, so column 2 tig of the unit's mma chain sums that unit alone; a constant
-//                  offset of the values (kByteColsOffset: Q4_0 136, IQ4 2^-126) is taken off in the
-//                  same chain by 8 more mma of it against the same x; then one FFMA per row applies
-//                  the unit's scale (decode_cols' float, the decoder's post and x's 2^kUnitColsX
-//                  folded in) where the decode multiplied every pair (HMUL2 / HFMA2), and the
-//                  quad's lanes are summed once per item (kOptUnitCols' shuffles). Where the
-//                  decoder's byte_cols says (launch_byte_stream, rings of 2 stages)
+//   kOptByteCols   T = 1, byte-stream decoders with the byte-columns interface (gguf Q4_0, MXFP4:
+//                  kByteCols, decode_cols): kOptUnitCols' layout for their 32-value units. Lane
+//                  (g, tig) decodes its units tig + 4 j of rows g and g + 8 unscaled (Q4_0: q - 8,
+//                  MXFP4: e2m1 * 2^-126), only the B lane (2 tig, tig) gives the unit's x (times
+//                  2^kUnitColsX where kByteColsX), the others zeros, so column 2 tig of the unit's
+//                  mma chain sums that unit alone; then one FFMA per row applies the unit's scale
+//                  (decode_cols' float, the decoder's post and x's 2^kUnitColsX folded in) where the
+//                  decode multiplied every pair (HMUL2), and the quad's lanes are summed once per
+//                  item (kOptUnitCols' shuffles). SASS (sm_90, the 2-stage kernels): Q4_0 phase 0
+//                  4104 -> 3896 instructions, phase 1 4200 -> 4024; MXFP4 4512 -> 4424, 4608 -> 4504.
+//                  Where the decoder's byte_cols says (launch_byte_stream, rings of 2 stages); H200,
+//                  T = 1, deepseek-v3 (docs/BENCHMARKS.md "UC4"): Q4_0 87.7 -> 84.9 us, MXFP4 102.8
+//                  -> 101.8. Measured and dropped (commit 5a41aa6 has the code): values with an
+//                  offset (Q4_0 128 + q, IQ4_NL / IQ4_XS (level + 128) * 2^-133) taken off by 8 more
+//                  mma per unit of the offset pair against x: Q4_0 87.9 -> 91.2 us, IQ4_NL staged
+//                  117.6 -> 125.0, IQ4_XS 114.2 -> 118.4
 constexpr int kOptByteCols = 32768;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1035,14 +1039,12 @@ FTW_OPTIONAL_MEMBER(UnitColsPost, kUnitColsPost, float, 1.f);
 // kOptByteCols' interface (optional, on top of the byte-stream one; kByteCols true):
 //   float decode_cols(b, k, w[16])      unit k of the chunk at b unscaled, in decode_staged's pair
 //                                       order; returns the unit's scale, so that the unit's share of
-//                                       the decode's sum is scale * (w - offset) . x
+//                                       the decode's sum is scale * w . x
 //   kByteColsX (optional, false)        x times 2^kUnitColsX in the mma (values near 2^-126: their
 //                                       products kept off float32's subnormals)
-//   kByteColsOffset (optional, 0)       the bf16 pair (-o, -o) of the values' offset o (0: none)
 //   static bool byte_cols(p)            (host) whether a launch takes kOptByteCols (T = 1 only)
 FTW_OPTIONAL_MEMBER(ByteCols, kByteCols, bool, false);
 FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
-FTW_OPTIONAL_MEMBER(ByteColsOffset, kByteColsOffset, uint32_t, 0u);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1945,11 +1947,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 for (int s = 1; s < V / 4; ++s)
                                     mma_bf16_acc(sum, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
                                                  xa[2 * s + 1]);
-                                if constexpr (ByteColsOffset<Dec>::value != 0u) {  // - offset * the unit's sum of x
-                                    constexpr uint32_t o = ByteColsOffset<Dec>::value;
-#pragma unroll
-                                    for (int s = 0; s < V / 4; ++s) mma_bf16_acc(sum, o, o, o, o, xa[2 * s], xa[2 * s + 1]);
-                                }
                                 acc[0][0] = fmaf(sum[0], us[0], acc[0][0]);
                                 acc[0][2] = fmaf(sum[2], us[1], acc[0][2]);
                             } else if constexpr (BS) {

@@ -785,11 +785,9 @@ __device__ __forceinline__ void iq4_values(const uint32_t (&q)[4], float dl, uin
 // overflow, no subnormal), so the bits are iq4_values' times 2^-62 (the decoder's kPost = 2^62
 // scales the float32 sums back). The nibble masks are made once per word of 8 values: 19
 // instructions per 8 values where iq4_values takes 27, and two table words in registers instead
-// of four (docs/BENCHMARKS.md, "IQ4 levels in one biased plane"). RAW: the pairs (level + 128) *
-// 2^-133 themselves, unscaled (the staged kernel's byte columns: dl and the offset go elsewhere).
-template <bool RAW = false>
+// of four (docs/BENCHMARKS.md, "IQ4 levels in one biased plane").
 __device__ __forceinline__ void iq4_values_biased(const uint32_t (&q)[4], float dl, uint32_t (&w)[16]) {
-    const uint32_t d = RAW ? 0u : bf16x2_of(dl * 0x1p71f), c = RAW ? 0u : bf16x2_of(dl * -0x1p-55f);
+    const uint32_t d = bf16x2_of(dl * 0x1p71f), c = bf16x2_of(dl * -0x1p-55f);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         // per nibble: bits 0..2 index a word pair, bit 3 picks the pair (iq4_lookup's two steps)
@@ -799,25 +797,11 @@ __device__ __forceinline__ void iq4_values_biased(const uint32_t (&q)[4], float 
             const uint32_t ih = i >> (16 * half), sh = sel >> (16 * half);
             const uint32_t u = prmt(prmt(tb::iq4nl_biased_word0, tb::iq4nl_biased_word1, ih),
                                     prmt(tb::iq4nl_biased_word2, tb::iq4nl_biased_word3, ih), sh);
-            if constexpr (RAW) {
-                w[2 * k + half] = prmt(u, 0u, 0x4240u);
-                w[8 + 2 * k + half] = prmt(u, 0u, 0x4341u);
-            } else {
-                w[2 * k + half] = bfma2(prmt(u, 0u, 0x4240u), d, c);      // (v_l, v_l+1)
-                w[8 + 2 * k + half] = bfma2(prmt(u, 0u, 0x4341u), d, c);  // (v_l+16, v_l+17)
-            }
+            w[2 * k + half] = bfma2(prmt(u, 0u, 0x4240u), d, c);      // (v_l, v_l+1)
+            w[8 + 2 * k + half] = bfma2(prmt(u, 0u, 0x4341u), d, c);  // (v_l+16, v_l+17)
         }
     }
 }
-
-// The staged kernel's byte columns (kOptByteCols) for IQ4: the values (level + 128) * 2^-133
-// (iq4_values_biased<true>) against x * 2^kUnitColsX give sum level x * 2^-76, the offset taken
-// off in the mma by the pair (-2^-126, -2^-126); the decode's weights are level * dl * 2^-62
-// (kPost 2^62), so the unit's scale is dl * 2^14 (an f16 d times ls - 32: 2^-24 .. 2^21, times 2^14
-// well inside float32)
-static_assert(kUnitColsX == 57, "IQ4 / MXFP4 byte columns: x times 2^57");
-constexpr float kIq4ColsScale = 0x1p14f;
-constexpr uint32_t kIq4ColsOffset = bf16x2_pow2(-126, true);
 
 // How IQ4_NL, IQ4_XS and MXFP4 make their values (ValueForm): kValueV1, the default (IQ4: one
 // biased plane and an fma per pair, iq4_values_biased; MXFP4: e2m1 pairs by one multiply each,
@@ -1048,9 +1032,14 @@ struct Fast<Q4_0> : Block18 {
                 int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
         }
     }
-    // The staged kernel's byte columns (kOptByteCols): the values q - 8 (int_pairs without its
-    // multiply: a PRMT and an HSUB2 per pair, no HMUL2), d on the unit's float32 sum
-    static constexpr bool kByteCols = true;
+    // The staged kernel's byte columns at T = 1 (kOptByteCols): the values q - 8 (int_pairs without
+    // its multiply: a PRMT and an HSUB2 per pair, no HMUL2), d on the unit's float32 sum. By default
+    // where the staged kernel runs (kByteColsDefault), as measured on the H200 (docs/BENCHMARKS.md
+    // "UC4"; T=1, x the ceiling): deepseek-v3 87.7 -> 84.9 us (0.54 -> 0.55); at the qwen3-30b-a3b
+    // size the register-fed decode stays faster (18.3 us; staged 22.0, with byte columns 21.5).
+    // Measured and dropped (commit 5a41aa6): the values 128 + q (a PRMT per pair) with the 136
+    // taken off by 8 more mma of (-136, -136) against x per unit: 87.9 -> 91.2 us
+    static constexpr bool kByteCols = true, kByteColsDefault = true;
     __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t q[4];
         const float d = split(raw, q);
@@ -1078,15 +1067,6 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         uint32_t q[4];
         const float d = split(raw, q);
         Iq4Values<F>::values(q, d, w);
-    }
-    // the staged kernel's byte columns (kOptByteCols; kIq4ColsScale), with the default values only
-    static constexpr bool kByteCols = F == kValueV1, kByteColsX = true;
-    static constexpr uint32_t kByteColsOffset = kIq4ColsOffset;
-    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
-        uint32_t q[4];
-        const float d = split(raw, q);
-        iq4_values_biased<true>(q, 0.f, w);
-        return d * kIq4ColsScale;
     }
 };
 template <>
@@ -1131,11 +1111,14 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
         }
     }
-    // The staged kernel's byte columns (kOptByteCols): e2m1 * 2^-126 (e2m1x8_raw_mul, the same bits
-    // in either form) against x * 2^kUnitColsX give sum e2m1 x * 2^-69; the decode's weights are
-    // e2m1 * 2^(e - 127) * 2^-62, so the unit's scale is 2^(e - 120), exact for e <= 247 (255 is
-    // not a number)
-    static constexpr bool kByteCols = true, kByteColsX = true;
+    // The staged kernel's byte columns at T = 1 (kOptByteCols): e2m1 * 2^-126 (e2m1x8_raw_mul, the
+    // same bits in either form) against x * 2^kUnitColsX give sum e2m1 x * 2^-69; the decode's
+    // weights are e2m1 * 2^(e - 127) * 2^-62, so the unit's scale is 2^(e - 120), exact for e <= 247
+    // (255 is not a number). By default where the staged kernel runs (kByteColsDefault), as measured
+    // on the H200 (docs/BENCHMARKS.md "UC4"; T=1): deepseek-v3 102.8 -> 101.8 us and 102.7 -> 101.7
+    // in two runs (0.44x the ceiling either way); at the qwen3-30b-a3b size the register-fed decode
+    // stays faster (18.9 us; staged 24.0, with byte columns 23.7)
+    static constexpr bool kByteCols = true, kByteColsX = true, kByteColsDefault = true;
     __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
         uint32_t v[6], e[1], q[4];
         span_words(raw.s, v);
@@ -1195,17 +1178,6 @@ struct Iq4XsFast : Iq4Values<F> {
         const float dl = d * float(ls - 32);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         Iq4Values<F>::values(q, dl, w);
-    }
-    // the staged kernel's byte columns (kOptByteCols; kIq4ColsScale), with the default values only
-    static constexpr bool kByteCols = F == kValueV1, kByteColsX = true;
-    static constexpr uint32_t kByteColsOffset = kIq4ColsOffset;
-    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
-        const int j = int(raw.j);
-        const float d = half_bits(raw.head.x);
-        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
-        const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
-        iq4_values_biased<true>(q, 0.f, w);
-        return d * float(ls - 32) * kIq4ColsScale;
     }
 };
 template <>
@@ -2515,10 +2487,11 @@ __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
     return n / T::size.block_values * T::size.block_bytes;
 }
 
-// Whether rows of type T decode with the staged kernel's byte columns (kOptByteCols: each lane of a
-// quad sums its own units unscaled, their scales on the float32 sums; Fast<T>::kByteCols) at T = 1:
-// FTW_GGUF_CUDA_UNITCOLS=1 wherever T has them, =0 never, unset where Fast<T>::kByteColsDefault
-// says (read at every launch). With them rows of type T decode staged at T = 1 (launch_typed).
+// Whether the staged kernel decodes rows of type T with its byte columns (kOptByteCols: each lane of
+// a quad sums its own units unscaled, their scales on the float32 sums; Fast<T>::kByteCols: Q4_0,
+// MXFP4) at T = 1: where Fast<T>::kByteColsDefault says, =0 never, FTW_GGUF_CUDA_UNITCOLS=1 wherever
+// T has them, and then rows of type T decode staged at T = 1 also where they would not
+// (byte_cols_forced: launch_typed; benchmarks, tests; read at every launch)
 FTW_OPTIONAL_MEMBER(ByteColsDefault, kByteColsDefault, bool, false);
 template <class T>
 bool byte_cols_for(const KernelParams& p) {
@@ -2528,6 +2501,10 @@ bool byte_cols_for(const KernelParams& p) {
         if (p.T != 1 || env_is("FTW_GGUF_CUDA_UNITCOLS", "0")) return false;
         return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") || ByteColsDefault<Fast<T>>::value;
     }
+}
+template <class T>
+bool byte_cols_forced(const KernelParams& p) {
+    return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") && byte_cols_for<T>(p);
 }
 
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
@@ -2553,11 +2530,10 @@ struct StagedRows {
         else
             F::decode(F::template load<M>(b, k), w);
     }
-    // the byte columns where F has them (kOptByteCols: Q4_0, IQ4_NL, IQ4_XS, MXFP4), at T = 1 where
-    // byte_cols_for<T> says
+    // the byte columns where F has them (kOptByteCols: Q4_0, MXFP4), at T = 1 where byte_cols_for<T>
+    // says
     static constexpr bool kByteCols = ByteCols<F>::value && !LoadsTables<M>::value;
     static constexpr bool kByteColsX = ByteColsX<F>::value;
-    static constexpr uint32_t kByteColsOffset = ByteColsOffset<F>::value;
     __device__ static float decode_cols(const uint8_t* b, int k, uint32_t (&w)[16]) {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
