@@ -1919,7 +1919,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 for (int k = 0; k < NR; ++k) xa[k] = xr[k];
                             } else {
                                 Dec::permute(xr, xa);
-                                if constexpr (UC || (BC && ByteColsX<Dec>::value))  // x * 2^kUnitColsX (UC: phase 1's act is stored so)
+                                // x * 2^kUnitColsX (UC: phase 1's act is stored so; BC: where kByteColsX)
+                                if constexpr (UC || (BC && ByteColsX<Dec>::value))
 #pragma unroll
                                     for (int k = 0; k < NR; ++k) xa[k] = hmul2(xa[k], kUnitColsXBf16x2);
                             }
@@ -1945,8 +1946,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 mma_bf16_zero(sum, w[0][0], w[1][0], w[0][1], w[1][1], xa[0], xa[1]);
 #pragma unroll
                                 for (int s = 1; s < V / 4; ++s)
-                                    mma_bf16_acc(sum, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1], xa[2 * s],
-                                                 xa[2 * s + 1]);
+                                    mma_bf16_acc(sum, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1],
+                                                 xa[2 * s], xa[2 * s + 1]);
                                 acc[0][0] = fmaf(sum[0], us[0], acc[0][0]);
                                 acc[0][2] = fmaf(sum[2], us[1], acc[0][2]);
                             } else if constexpr (BS) {
