@@ -129,6 +129,11 @@ VARIANTS.update({f"gguf-copies-{v}": {"FTW_GGUF_CUDA_GRID_COPIES": v} for v in (
 # one plane and a bf16 fma per pair; MXFP4: a multiply per e2m1 pair); also with every type staged
 VARIANTS["gguf-values-0"] = {"FTW_GGUF_CUDA_VALUES": "0"}
 VARIANTS["gguf-staged-values-0"] = {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF_CUDA_VALUES": "0"}
+# gguf Q4_0 / MXFP4 at T = 1 with the staged kernel's byte columns (kOptByteCols; FTW_GGUF_CUDA_UNITCOLS=1:
+# staged also where the default is register-fed, each lane's units unscaled in a column of their own,
+# the scales on the float32 sums) or without them (=0: the decode before); the default takes them
+# where the staged kernel runs (Fast<T>::kByteColsDefault)
+VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

@@ -491,6 +491,76 @@ def test_4_bit_values_either_way(name, decoder, stages, monkeypatch):
         assert diff < 1e-6, f"{name} {decoder} {stages} T={T}: the two forms differ by {diff:.3g}"
 
 
+# Q4_0 and MXFP4 with the staged kernel's byte columns at T = 1 (kOptByteCols; FTW_GGUF_CUDA_UNITCOLS):
+# "1" on, staged at T = 1 also in the phases of few items (register-fed by default; these tests'
+# sizes are such phases): each lane's units unscaled in an mma column of their own, the scales on
+# the float32 sums; "0" off (the decode before); "" the default (on where the staged kernel runs)
+UNIT_COLUMNS = ["1", "0", ""]
+
+
+@pytest.mark.parametrize("cols", UNIT_COLUMNS)
+@pytest.mark.parametrize("name", ["Q4_0", "MXFP4"])
+def test_gguf_unit_columns(name, cols, monkeypatch):
+    """Every way within the tolerance of gguf.quants' values: T = 1 in whole chunks, in rows ending
+    in a partial chunk (352 and 160 values: a last chunk of 3 blocks, whose units past the row take
+    scale 0), over more items than blocks and with down of the other type (its own kernel in phase
+    1); T = 3 and T = 8, where the switch keeps the kernels without them."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_UNITCOLS", cols)
+    partial = {"H": 352, "I": 160}
+    seed = [19, TYPES.index(name), UNIT_COLUMNS.index(cols)]
+    check((name, name, name), 1, seed + [1])
+    check((name, name, name), 1, seed + [2], **partial)
+    check((name, name, name), 1, seed + [3], H=2048, I=512, E=16, K=8)
+    check((name, name, "MXFP4" if name == "Q4_0" else "Q4_0"), 1, seed + [4])
+    check((name, name, name), 3, seed + [5], **partial)
+    check((name, name, name), 8, seed + [6], H=2048, I=512, E=16, K=8)
+
+
+def far_rows(name, rows, n, rng, small):
+    """[rows, row bytes] of random `name` blocks (IQ4_XS or MXFP4) with block scales of 2^-20 where
+    small(block index) holds, else 2^+20 (IQ4_XS: d = 2^-24, an f16 subnormal, or 2^15, times its
+    6-bit sub-block scales' ls - 32, -32..31; MXFP4: E8M0 127 -+ 20). IQ4_XS: the decode without byte
+    columns at these scales (its byte columns were measured slower and dropped, commit 5a41aa6)."""
+    t = ggml_type_named(name)
+    nb = n // t.block
+    b = ggml_rows(name, rows, n, rng).reshape(rows, nb, t.nbytes)
+    s = np.broadcast_to(np.array([bool(small(i)) for i in range(nb)]), (rows, nb))
+    if name == "MXFP4":
+        b[..., 0] = np.where(s, 127 - 20, 127 + 20).astype(np.uint8)
+    else:
+        d = np.where(s, np.float16(2.0 ** -24), np.float16(2.0 ** 15)).astype(np.float16)
+        b[..., 0:2] = d.view(np.uint8).reshape(rows, nb, 2)
+    return b.reshape(rows, -1)
+
+
+# block scales far apart: gate / up small and down large, the other way round, and alternating
+# block by block within every row (in a chunk's lanes side by side)
+FAR_SCALES = {"small-large": (lambda i: True, lambda i: False), "large-small": (lambda i: False, lambda i: True),
+              "alternating": (lambda i: i % 2 == 0, lambda i: i % 2 == 1)}
+
+
+@pytest.mark.parametrize("cols", ["1", "0"])
+@pytest.mark.parametrize("scales", list(FAR_SCALES))
+@pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
+def test_gguf_unit_columns_scales_far_apart(name, scales, cols, monkeypatch):
+    """Block scales of 2^-20 and 2^+20 (activations from about 2^-20 to 2^61) within the tolerance,
+    T = 1, with the byte columns (MXFP4: each unit's scale on its float32 sum, x times 2^57 against
+    the unscaled values) and without; the outputs finite."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_UNITCOLS", cols)
+    H, I, E, K, T = 512, 256, 8, 4, 1  # noqa: E741
+    rng = np.random.default_rng([23, TYPES.index(name), list(FAR_SCALES).index(scales), int(cols)])
+    gu_small, down_small = FAR_SCALES[scales]
+    g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+    u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+    d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
+    opts, banks = {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+    x, x64 = bf16_x(T, H, rng)
+    ids, wts = routing(T, K, E, rng)
+    err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, H, I, x64, ids, wts))
+    print(f"gguf cuda accuracy {name} scales {scales} unit columns {cols} T={T}: {err:.2e}")
+    assert err < REL_TOL, f"{name} {scales} {cols}: {err:.3g}"
+
+
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the

@@ -990,11 +990,28 @@ constexpr int kOptLaneBlocks = 8192;
 //   kOptLaneCols   with kOptLaneBlocks: lane tig's two sub-blocks in columns 2 tig and 2 tig + 1
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
+//   kOptByteCols   T = 1, byte-stream decoders with the byte-columns interface (gguf Q4_0, MXFP4:
+//                  kByteCols, decode_cols): kOptUnitCols' layout for their 32-value units. Lane
+//                  (g, tig) decodes its units tig + 4 j of rows g and g + 8 unscaled (Q4_0: q - 8,
+//                  MXFP4: e2m1 * 2^-126), only the B lane (2 tig, tig) gives the unit's x (times
+//                  2^kUnitColsX where kByteColsX), the others zeros, so column 2 tig of the unit's
+//                  mma chain sums that unit alone; then one FFMA per row applies the unit's scale
+//                  (decode_cols' float, the decoder's post and x's 2^kUnitColsX folded in) where the
+//                  decode multiplied every pair (HMUL2), and the quad's lanes are summed once per
+//                  item (kOptUnitCols' shuffles). SASS (sm_90, the 2-stage kernels): Q4_0 phase 0
+//                  4104 -> 3896 instructions, phase 1 4200 -> 4024; MXFP4 4512 -> 4424, 4608 -> 4504.
+//                  Where the decoder's byte_cols says (launch_byte_stream, rings of 2 stages); H200,
+//                  T = 1, deepseek-v3 (docs/BENCHMARKS.md "UC4"): Q4_0 87.7 -> 84.9 us, MXFP4 102.8
+//                  -> 101.8. Measured and dropped (commit 5a41aa6 has the code): values with an
+//                  offset (Q4_0 128 + q, IQ4_NL / IQ4_XS (level + 128) * 2^-133) taken off by 8 more
+//                  mma per unit of the offset pair against x: Q4_0 87.9 -> 91.2 us, IQ4_NL staged
+//                  117.6 -> 125.0, IQ4_XS 114.2 -> 118.4
+constexpr int kOptByteCols = 32768;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1019,6 +1036,15 @@ FTW_OPTIONAL_MEMBER(UnitGroups, kUnitGroups, int, 1);
 // kOptUnitCols: a power of 2 on the item's row sums, the part of the decode's scale that the
 // decoder's group_scales leaves out (nvfp4: 2^(64 - kUnitColsX); 1: none)
 FTW_OPTIONAL_MEMBER(UnitColsPost, kUnitColsPost, float, 1.f);
+// kOptByteCols' interface (optional, on top of the byte-stream one; kByteCols true):
+//   float decode_cols(b, k, w[16])      unit k of the chunk at b unscaled, in decode_staged's pair
+//                                       order; returns the unit's scale, so that the unit's share of
+//                                       the decode's sum is scale * w . x
+//   kByteColsX (optional, false)        x times 2^kUnitColsX in the mma (values near 2^-126: their
+//                                       products kept off float32's subnormals)
+//   static bool byte_cols(p)            (host) whether a launch takes kOptByteCols (T = 1 only)
+FTW_OPTIONAL_MEMBER(ByteCols, kByteCols, bool, false);
+FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1534,6 +1560,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool AP = (OPT & kOptActPerm) != 0 && !BS && HasActPos<Dec>::value;
     constexpr bool EARLY = (OPT & kOptEarly) != 0;
     constexpr bool UC = (OPT & kOptUnitCols) != 0;
+    constexpr bool BC = (OPT & kOptByteCols) != 0;  // (byte streams: UC's layout for their units)
+    static_assert(!BC || (BS && ByteCols<Dec>::value && V == 32 && TR == 1),
+                  "byte-stream unit columns: a byte-stream decoder with the interface");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1817,6 +1846,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
+        } else if constexpr (BC) {  // as UC's one group: the lanes g = 2 tig supply column g
+            if (count > 0 && g == 2 * tig) {
+                const int pair = rt.pairs[dx][0];
+                xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
+            }
         } else if (g < count) {
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
@@ -1885,11 +1919,38 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 for (int k = 0; k < NR; ++k) xa[k] = xr[k];
                             } else {
                                 Dec::permute(xr, xa);
-                                if constexpr (UC)  // x * 2^kUnitColsX (phase 1's act is stored so)
+                                // x * 2^kUnitColsX (UC: phase 1's act is stored so; BC: where kByteColsX)
+                                if constexpr (UC || (BC && ByteColsX<Dec>::value))
 #pragma unroll
                                     for (int k = 0; k < NR; ++k) xa[k] = hmul2(xa[k], kUnitColsXBf16x2);
                             }
-                            if constexpr (BS) {
+                            if constexpr (BC) {
+                                // the unit unscaled, rows g and g + 8 into the two halves of the A
+                                // fragment; column 2 tig sums it alone (x from lane g = 2 tig only)
+                                const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                                const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                                uint32_t w[2][NR];
+                                float us[2];  // the unit's scale per row (0 past the row: its x is the last unit's)
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    if (decltype(full)::value || uj < nunits) {
+                                        const uint8_t* b = sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u);
+                                        us[h] = Dec::decode_cols(b, tig + 4 * j, w[h]);
+                                    } else {
+                                        us[h] = 0.f;
+#pragma unroll
+                                        for (int k = 0; k < NR; ++k) w[h][k] = 0u;
+                                    }
+                                }
+                                float sum[4];
+                                mma_bf16_zero(sum, w[0][0], w[1][0], w[0][1], w[1][1], xa[0], xa[1]);
+#pragma unroll
+                                for (int s = 1; s < V / 4; ++s)
+                                    mma_bf16_acc(sum, w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1],
+                                                 xa[2 * s], xa[2 * s + 1]);
+                                acc[0][0] = fmaf(sum[0], us[0], acc[0][0]);
+                                acc[0][2] = fmaf(sum[2], us[1], acc[0][2]);
+                            } else if constexpr (BS) {
                                 // Rows g and g + 8 decoded one after the other into the two halves of
                                 // the A fragment, then one mma chain (8 mma per 32 values).
                                 const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
@@ -2040,8 +2101,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 }
             }
         }
-        // UC: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
-        if constexpr (UC) {
+        // UC, BC: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
+        if constexpr (UC || BC) {
 #pragma unroll
             for (int tt = 0; tt < TR; ++tt) {
                 float v0 = acc[tt][0] + acc[tt][1], v1 = acc[tt][2] + acc[tt][3];
@@ -2721,7 +2782,8 @@ bool staged_lane_blocks(const KernelParams& p) {
 }
 
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
-// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages.
+// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptByteCols where
+// the decoder's byte_cols says, at 2 stages.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (kSums32<Dec>) {
@@ -2734,6 +2796,9 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
                 }
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
         }
+    }
+    if constexpr (ByteCols<Dec>::value) {  // T = 1 where the decoder says (kOptByteCols)
+        if (stages == 2 && Dec::byte_cols(p)) return launch_staged_opt<Dec, PH, 2, OPT | kOptByteCols>(p, stream), true;
     }
     if (stages == 3) return launch_staged_opt<Dec, PH, 3, OPT>(p, stream), true;
     if (stages == 2) return launch_staged_opt<Dec, PH, 2, OPT>(p, stream), true;

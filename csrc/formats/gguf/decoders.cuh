@@ -1032,6 +1032,26 @@ struct Fast<Q4_0> : Block18 {
                 int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), f, w + 8 * hi + 2 * k);
         }
     }
+    // The staged kernel's byte columns at T = 1 (kOptByteCols): the values q - 8 (int_pairs without
+    // its multiply: a PRMT and an HSUB2 per pair, no HMUL2), d on the unit's float32 sum. By default
+    // where the staged kernel runs (kByteColsDefault), as measured on the H200 (docs/BENCHMARKS.md
+    // "UC4"; T=1, x the ceiling): deepseek-v3 87.7 -> 84.9 us (0.54 -> 0.55); at the qwen3-30b-a3b
+    // size the register-fed decode stays faster (18.3 us; staged 22.0, with byte columns 21.5).
+    // Measured and dropped (commit 5a41aa6): the values 128 + q (a PRMT per pair) with the 136
+    // taken off by 8 more mma of (-136, -136) against x per unit: 87.9 -> 91.2 us
+    static constexpr bool kByteCols = true, kByteColsDefault = true;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)  // values 4k.. (low nibbles), 16 + 4k.. (high)
+                int_pairs((q[k] >> (4 * hi)) & 0x0F0F0F0Fu, bf16x2_biased(8), [](uint32_t v) { return v; },
+                          w + 8 * hi + 2 * k);
+        }
+        return d;
+    }
 };
 
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
@@ -1090,6 +1110,29 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
 #pragma unroll
             for (int k = 0; k < 4; ++k) w[4 * i + k] = hmul2(t[k], m2);
         }
+    }
+    // The staged kernel's byte columns at T = 1 (kOptByteCols): e2m1 * 2^-126 (e2m1x8_raw_mul, the
+    // same bits in either form) against x * 2^kUnitColsX give sum e2m1 x * 2^-69; the decode's
+    // weights are e2m1 * 2^(e - 127) * 2^-62, so the unit's scale is 2^(e - 120), exact for e <= 247
+    // (255 is not a number). By default where the staged kernel runs (kByteColsDefault), as measured
+    // on the H200 (docs/BENCHMARKS.md "UC4"; T=1): deepseek-v3 102.8 -> 101.8 us and 102.7 -> 101.7
+    // in two runs (0.44x the ceiling either way); at the qwen3-30b-a3b size the register-fed decode
+    // stays faster (18.9 us; staged 24.0, with byte columns 23.7)
+    static constexpr bool kByteCols = true, kByteColsX = true, kByteColsDefault = true;
+    __device__ static float decode_cols(const Raw& raw, uint32_t (&w)[16]) {
+        uint32_t v[6], e[1], q[4];
+        span_words(raw.s, v);
+        bytes_at<1, 7, true>(v, raw.o, e);
+        bytes_at<4, 8, true>(v, raw.o + 1, q);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t t[4];
+            e2m1x8_raw_mul(q[i], t);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = t[k];
+        }
+        static_assert(kUnitColsX == 57, "2^(e - 127 - 62 + 126 - 57)");
+        return __uint_as_float((min(e[0] & 0xFFu, 247u) + 7u) << 23);
     }
     // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
@@ -2444,6 +2487,26 @@ __host__ __device__ constexpr int64_t type_row_bytes(int64_t n) {
     return n / T::size.block_values * T::size.block_bytes;
 }
 
+// Whether the staged kernel decodes rows of type T with its byte columns (kOptByteCols: each lane of
+// a quad sums its own units unscaled, their scales on the float32 sums; Fast<T>::kByteCols: Q4_0,
+// MXFP4) at T = 1: where Fast<T>::kByteColsDefault says, =0 never, FTW_GGUF_CUDA_UNITCOLS=1 wherever
+// T has them, and then rows of type T decode staged at T = 1 also where they would not
+// (byte_cols_forced: launch_typed; benchmarks, tests; read at every launch)
+FTW_OPTIONAL_MEMBER(ByteColsDefault, kByteColsDefault, bool, false);
+template <class T>
+bool byte_cols_for(const KernelParams& p) {
+    if constexpr (!ByteCols<Fast<T>>::value) {
+        return false;
+    } else {
+        if (p.T != 1 || env_is("FTW_GGUF_CUDA_UNITCOLS", "0")) return false;
+        return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") || ByteColsDefault<Fast<T>>::value;
+    }
+}
+template <class T>
+bool byte_cols_forced(const KernelParams& p) {
+    return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") && byte_cols_for<T>(p);
+}
+
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
 // a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
@@ -2467,6 +2530,14 @@ struct StagedRows {
         else
             F::decode(F::template load<M>(b, k), w);
     }
+    // the byte columns where F has them (kOptByteCols: Q4_0, MXFP4), at T = 1 where byte_cols_for<T>
+    // says
+    static constexpr bool kByteCols = ByteCols<F>::value && !LoadsTables<M>::value;
+    static constexpr bool kByteColsX = ByteColsX<F>::value;
+    __device__ static float decode_cols(const uint8_t* b, int k, uint32_t (&w)[16]) {
+        return F::decode_cols(F::template load<M>(b, k), w);
+    }
+    static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)
