@@ -1478,6 +1478,32 @@ struct Fast<Q6_K> {
             }
         }
     }
+    // the lane-blocks interface of 16-value sub-blocks (kOptLanes16: staged_sub_block_lanes16): lane
+    // tig's sub-blocks s = 0..3 are units s of half h = tig / 2, values 16 t .. 16 t + 15 (t = tig % 2):
+    // step i's quants from the qh word at 128 + 16 tig + 4 i (bits 2s, 2s + 1) and the ql words at
+    // 64h + 32 (s % 2) + 16 t + 4 i (nibble s / 2), as the pairs 128 + q (kLaneBias16: 128 + 32 off);
+    // scales 8h + 2s + t, bytes t and t + 2 of the words at 192 + 8h and 196 + 8h
+    static constexpr bool kLanes16 = true;
+    static constexpr int kLaneBias16 = 160;
+    struct LaneHead16 {
+        float d;
+        uint32_t sc;  // sub-block s's int8 scale in byte s
+    };
+    __device__ static LaneHead16 lane_head16(const uint8_t* b, int tig) {
+        const Ring2 r(b);
+        const int h = tig >> 1;
+        return {r.half(208), prmt(r.word(192 + 8 * h), r.word(196 + 8 * h), (tig & 1) ? 0x7531u : 0x6420u)};
+    }
+    __device__ static float lane_scale16(const LaneHead16& h, int s) { return float(int8_t(h.sc >> (8 * s))); }
+    __device__ static float lane_d16(const LaneHead16& h) { return h.d; }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
+        // (each plane's words from a lane pointer, so consecutive steps share their aligned words)
+        const Ring2 rh(b + 16 * tig), rl(b + 64 * (tig >> 1) + 16 * (tig & 1));
+        const uint32_t qh = rh.word(128 + 4 * i), ql[2] = {rl.word(4 * i), rl.word(32 + 4 * i)};
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            biased_pairs(((ql[s & 1] >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (shift_by(qh, 4 - 2 * s) & 0x30303030u), w[s]);
+    }
 };
 
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
@@ -2611,6 +2637,16 @@ struct SubBlockRows : Dec {
     __device__ static void lane_scale(const H& h, int e, float& s, float& n) { F::lane_scale(h, e, s, n); }
     template <int N>
     __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][N]) { F::decode_lane(b, tig, p, w); }
+    // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K), with d
+    // once per chunk as its body applies it
+    static constexpr bool kLanes16 = kUnitScales && Lanes16<F>::value;
+    static constexpr int kLaneBias16 = LaneBias16<F>::value;
+    __device__ static auto lane_head16(const uint8_t* b, int tig) { return F::lane_head16(b, tig); }
+    template <class H>
+    __device__ static float lane_scale16(const H& h, int s) { return F::lane_scale16(h, s); }
+    template <class H>
+    __device__ static float lane_d16(const H& h) { return F::lane_d16(h); }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) { F::decode_lane16(b, tig, i, w); }
     template <int N>
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
