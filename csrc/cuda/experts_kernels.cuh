@@ -996,7 +996,8 @@ constexpr int kOptLaneCols = 16384;
 //                  (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) .., s = 0..3) in
 //                  kOptLaneCols' two columns, and applies 4 scales per row where the full body
 //                  takes 16 in every lane for 4 columns; the quad's lanes summed per item as
-//                  kOptLaneBlocks'. Where staged_lanes16 says
+//                  kOptLaneBlocks'. SASS per chunk (Q6_K, phase 0): 522 -> 360. Where
+//                  staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1432,8 +1433,8 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
     for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][e], P[e][2 + e], X[e], acc);
 }
 
-// kOptLanes16's chunk body (an item of one pair, T = 1), for 16-value sub-blocks without mins whose
-// quants are biased (q + kLaneBias16 = 128 + the stored bits: the prmt's pairs, no bf16 sub): lane
+// kOptLanes16's chunk body (an item of one pair, T = 1), for 16-value sub-blocks whose quants are
+// biased (kLaneBias16 + the stored bits, scaled by a power of 2: the prmt's pairs, no bf16 op): lane
 // (g, tig) decodes its sub-blocks s = 0..3 (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2)
 // .. + 15: the 4 units of a 128-value half share their byte planes' bytes, so a lane reads 16
 // contiguous bytes of each plane) of rows g (block at b0) and g + 8 (b1), 4 values per step i
@@ -1442,22 +1443,28 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // 128 (tig / 2) + 16 (tig % 2) + 32 e on; sub-block e + 2 is 64 values on), every other lane zeros,
 // so P[s]'s column 2 tig + s % 2 sums sub-block s alone, and X[q] (an mma against a row of ones per
 // step) x's sums of sub-blocks 2 q, 2 q + 1 in those columns. Each lane then takes the bias off
-// (P - kLaneBias16 X: exact integers in the mma, one rounding in float32) and applies its 4 integer
-// scales per row and d once per chunk (as kUnitScales): 8 scales per chunk where the full body
-// takes 32 in every lane. Interface (optional, on top of the sub-block one; kLanes16):
+// (P - kLaneBias16 X: exact integers in the mma, one rounding in float32), applies its 4 scales per
+// row (with mins, its 4 mins against X) and d (dmin) once per chunk (as kUnitScales): 8 scales per
+// chunk where Q6_K's full body takes 32 in every lane. Interface (optional, on top of the sub-block
+// one; kLanes16):
 //   LaneHead16 lane_head16(b, tig)       what lane_scale16 needs of a row's head: d, lane tig's scales
-//   float lane_scale16(h, s)             sub-block s's scale in units of d (s a constant after unrolling)
+//   float lane_scale16(h, s)             sub-block s's scale in units of d over decode_lane16's power
+//                                        of 2 (s a constant after unrolling)
 //   float lane_d16(h)                    d
+//   float lane_min16(h, s), lane_dmin16  with mins (kSubBlockMins): sub-block s's min in units of dmin;
+//                                        dmin
 //   decode_lane16(b, tig, i, w[4][2])    step i: the biased pairs of values 4 i .. 4 i + 3 of
 //                                        sub-blocks s = 0..3 of lane tig
 //   kLaneBias16                          the bias of decode_lane16's pairs
 FTW_OPTIONAL_MEMBER(Lanes16, kLanes16, bool, false);
 FTW_OPTIONAL_MEMBER(LaneBias16, kLaneBias16, int, 0);
+FTW_OPTIONAL_MEMBER(Lanes16Default, kLanes16Default, bool, true);  // (staged_lanes16)
 template <class Dec>
 __device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xl,
                                                          int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
-    static_assert(SubBlockValues<Dec>::value == 16 && !SubBlockMins<Dec>::value, "16-value sub-blocks without mins");
+    constexpr bool MINS = SubBlockMins<Dec>::value;
+    static_assert(SubBlockValues<Dec>::value == 16, "16-value sub-blocks");
     const auto h0 = Dec::lane_head16(b0, tig);
     const auto h1 = Dec::lane_head16(b1, tig);
     float P[4][4], X[2][4];  // P[s]: sub-block s in column 2 tig + s % 2; X[q]: sub-blocks 2 q, 2 q + 1
@@ -1488,16 +1495,18 @@ __device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, cons
             }
         }
     }
-    float c0 = 0.f, c2 = 0.f;  // rows g and g + 8 in units of d
+    float c0 = 0.f, c2 = 0.f, n0 = 0.f, n2 = 0.f;  // rows g and g + 8 in units of d (with mins: of dmin)
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
         const int e = s & 1;
-        const float xb = -float(Dec::kLaneBias16) * X[s >> 1][e];
+        const float xs = X[s >> 1][e], xb = -float(Dec::kLaneBias16) * xs;
         c0 = fmaf(Dec::lane_scale16(h0, s), P[s][e] + xb, c0);
         c2 = fmaf(Dec::lane_scale16(h1, s), P[s][2 + e] + xb, c2);
+        if constexpr (MINS) n0 = fmaf(Dec::lane_min16(h0, s), xs, n0), n2 = fmaf(Dec::lane_min16(h1, s), xs, n2);
     }
     acc[0] = fmaf(Dec::lane_d16(h0), c0, acc[0]);
     acc[2] = fmaf(Dec::lane_d16(h1), c2, acc[2]);
+    if constexpr (MINS) acc[0] = fmaf(-Dec::lane_dmin16(h0), n0, acc[0]), acc[2] = fmaf(-Dec::lane_dmin16(h1), n2, acc[2]);
 }
 
 // ---- byte streams as signed integers with scales on float32 sums (gguf IQ types) ------------
@@ -2805,15 +2814,19 @@ bool staged_lane_blocks(const KernelParams& p) {
     return LaneBlocksDefault<Dec>::value && p.T == 1;
 }
 
-// kOptLanes16 for the decoders that have it (gguf Q6_K), at 2 stages with whole copies: by default
-// at T = 1 (every item one pair; T > 1 keeps the kernel without a lanes body, as for kOptLaneBlocks:
-// beside one, the full body ran slower); FTW_CUDA_STAGED_LANES6=1 at any T (items of several pairs
-// then take the full body of the same kernel), =0 never (benchmarks, tests; read at every launch).
+// kOptLanes16 for the decoders that have it (gguf Q6_K), at 2 stages with whole copies, as measured
+// on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"): T = 1,
+// deepseek-v3 114.5 -> 110.3 us (0.59 -> 0.61), qwen3-30b-a3b 27.1 -> 26.6 us (0.36 -> 0.37); T = 8
+// same experts (every item of 8 pairs: the full body, in the kernel that also holds the lanes body)
+// 135.0 -> 137.5 and 33.2 -> 33.6 us. So by default at T = 1 (every item one pair) at both sizes,
+// and T > 1 keeps the kernel without a lanes body (as for kOptLaneBlocks). FTW_CUDA_STAGED_LANES6=1
+// at any T (items of several pairs then take the full body of the same kernel), =0 never
+// (benchmarks, tests; read at every launch).
 template <class Dec>
 bool staged_lanes16(const KernelParams& p) {
     const char* v = env_or("FTW_CUDA_STAGED_LANES6", "");
     if (*v != 0) return std::strcmp(v, "0") != 0;
-    return p.T == 1;
+    return Lanes16Default<Dec>::value && p.T == 1;
 }
 
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
