@@ -991,13 +991,14 @@ constexpr int kOptLaneBlocks = 8192;
 //                  (staged_sub_block_lane_cols: one X chain for both, one x load per step pair)
 constexpr int kOptLaneCols = 16384;
 //   kOptLanes16    decoders of 16-value sub-blocks with the lane-blocks interface for them (gguf
-//                  Q6_K: kLanes16): an item of one pair (T = 1) runs staged_sub_block_lanes16
+//                  Q6_K, Q2_K: kLanes16): an item of one pair (T = 1) runs staged_sub_block_lanes16
 //                  instead of the full body: lane tig of a quad decodes the 4 sub-blocks of its own
 //                  (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) .., s = 0..3) in
-//                  kOptLaneCols' two columns, and applies 4 scales per row where the full body
-//                  takes 16 in every lane for 4 columns; the quad's lanes summed per item as
-//                  kOptLaneBlocks'. SASS per chunk (Q6_K, phase 0): 522 -> 360. Where
-//                  staged_lanes16 says (T = 1)
+//                  kOptLaneCols' two columns, and applies 4 scales (and mins) per row on float32
+//                  sums, where Q6_K's full body takes 16 scales in every lane for 4 columns and
+//                  Q2_K's (wide lanes) puts a scale into every pair by a bf16 fma; the quad's lanes
+//                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
+//                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -2814,14 +2815,16 @@ bool staged_lane_blocks(const KernelParams& p) {
     return LaneBlocksDefault<Dec>::value && p.T == 1;
 }
 
-// kOptLanes16 for the decoders that have it (gguf Q6_K), at 2 stages with whole copies, as measured
-// on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"): T = 1,
-// deepseek-v3 114.5 -> 110.3 us (0.59 -> 0.61), qwen3-30b-a3b 27.1 -> 26.6 us (0.36 -> 0.37); T = 8
-// same experts (every item of 8 pairs: the full body, in the kernel that also holds the lanes body)
-// 135.0 -> 137.5 and 33.2 -> 33.6 us. So by default at T = 1 (every item one pair) at both sizes,
-// and T > 1 keeps the kernel without a lanes body (as for kOptLaneBlocks). FTW_CUDA_STAGED_LANES6=1
-// at any T (items of several pairs then take the full body of the same kernel), =0 never
-// (benchmarks, tests; read at every launch).
+// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K), at 2 stages with whole copies, as
+// measured on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"):
+// T = 1, deepseek-v3 Q6_K 114.5 -> 110.3 us (0.59 -> 0.61), Q2_K 87.2 -> 72.3 us (0.33 -> 0.40);
+// qwen3-30b-a3b Q6_K 27.1 -> 26.6 us (0.36 -> 0.37), Q2_K 19.5 -> 17.9 us (0.28 -> 0.31). T = 8 same
+// experts (every item of 8 pairs: the full body, in the kernel that also holds the lanes body) level
+// or slower: Q6_K 135.0 -> 137.5 and 33.2 -> 33.6 us, Q2_K 90.1 -> 89.7 and 23.2 -> 24.4 us. So by
+// default at T = 1 (every item one pair) at both sizes where the decoder chooses it
+// (kLanes16Default), and T > 1 keeps the kernel without a lanes body (as for kOptLaneBlocks).
+// FTW_CUDA_STAGED_LANES6=1 at any T (items of several pairs then take the full body of the same
+// kernel), =0 never (benchmarks, tests; read at every launch).
 template <class Dec>
 bool staged_lanes16(const KernelParams& p) {
     const char* v = env_or("FTW_CUDA_STAGED_LANES6", "");

@@ -1523,7 +1523,8 @@ struct Q2KFast {
     // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
     // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
     // 0.25x / 0.24x in the same run; with wide lanes (decode_wide) 0.31x / 0.27x against 0.27x /
-    // 0.25x in one run
+    // 0.25x in one run; at T = 1 with lane blocks (decode_lane16, kOptLanes16) 0.40x / 0.31x
+    // against 0.33x / 0.28x in one run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
