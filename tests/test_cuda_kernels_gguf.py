@@ -341,6 +341,32 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
     check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
 
 
+# Items of one pair with each lane of a quad on 4 sub-blocks of 16 values of its own (kOptLanes16,
+# Q6_K and Q2_K: FTW_CUDA_STAGED_LANES6=1 at any T; "" the default, at T = 1 only; "0" never: the
+# full body)
+LANES16 = ["1", "", "0"]
+
+
+@pytest.mark.parametrize("lanes", LANES16)
+@pytest.mark.parametrize("types, T, size", [(("Q6_K", "Q6_K", "Q6_K"), 1, {}), (("Q6_K", "Q6_K", "Q6_K"), 8, {}),
+                                            (("Q6_K", "Q6_K", "Q6_K"), 3, {"H": 512, "I": 256, "E": 8, "K": 4}),
+                                            (("Q6_K", "Q6_K", "Q6_K"), 1, {"H": 2048, "I": 768, "K": 8}),
+                                            (("Q6_K", "Q6_K", "Q4_K"), 1, {"H": 1024, "I": 1024, "K": 6}),
+                                            (("Q4_K", "Q4_K", "Q6_K"), 8, {"H": 2048, "I": 512, "E": 8, "K": 8}),
+                                            (("Q2_K", "Q2_K", "Q2_K"), 1, {}), (("Q2_K", "Q2_K", "Q2_K"), 8, {}),
+                                            (("Q2_K", "Q2_K", "Q6_K"), 1, {"H": 2048, "I": 768, "K": 8}),
+                                            (("Q6_K", "Q6_K", "Q2_K"), 3, {"H": 512, "I": 256, "E": 8, "K": 4})])
+def test_lane_blocks16_body(types, T, size, lanes, monkeypatch):
+    """At T = 1 every item is one pair (the lanes body, or the full body with "0"); T = 3 and 8 with
+    independent routings put items of one pair beside items of several (with "1" the lanes body and
+    the full body in one launch); rows of 1, 2, 3, 4 and 8 blocks, several warps splitting a row
+    (H = 2048: the per-item quad sums before the warps' reduction), gate_up and down of different
+    types."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_LANES6", lanes)
+    size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
+    check(types, T, [29, T, sum(map(ord, "".join(types))), size["H"]], **size)  # the same data for every body
+
+
 # Down's items split between blocks for Q4_K, Q5_K and Q8_0 on sums (FTW_CUDA_STAGED_PARTS: the
 # default "" splits a phase of few items per SM in 2, as every case here; "1" one part)
 PARTS = ["", "1"]

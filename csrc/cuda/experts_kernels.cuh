@@ -1007,11 +1007,21 @@ constexpr int kOptLaneCols = 16384;
 //                  mma per unit of the offset pair against x: Q4_0 87.9 -> 91.2 us, IQ4_NL staged
 //                  117.6 -> 125.0, IQ4_XS 114.2 -> 118.4
 constexpr int kOptByteCols = 32768;
+//   kOptLanes16    decoders of 16-value sub-blocks with the lane-blocks interface for them (gguf
+//                  Q6_K, Q2_K: kLanes16): an item of one pair (T = 1) runs staged_sub_block_lanes16
+//                  instead of the full body: lane tig of a quad decodes the 4 sub-blocks of its own
+//                  (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) .., s = 0..3) in
+//                  kOptLaneCols' two columns, and applies 4 scales (and mins) per row on float32
+//                  sums, where Q6_K's full body takes 16 scales in every lane for 4 columns and
+//                  Q2_K's (wide lanes) puts a scale into every pair by a bf16 fma; the quad's lanes
+//                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
+//                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
+constexpr int kOptLanes16 = 262144;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1353,8 +1363,8 @@ __device__ __forceinline__ void staged_sub_block_chunk(const uint8_t* b0, const 
 //                                        each 32-value block a sub-block: kSumOffset as there)
 FTW_OPTIONAL_MEMBER(LaneBlocks, kLaneBlocks, bool, false);
 FTW_OPTIONAL_MEMBER(LaneBlocksDefault, kLaneBlocksDefault, bool, true);  // (staged_lane_blocks)
-// 64 bf16 zeros: the x of the lanes that supply none (kOptLaneBlocks)
-static __device__ __align__(16) const uint4 kLaneZeros[8] = {};
+// 128 bf16 zeros: the x of the lanes that supply none (kOptLaneBlocks reads 64, kOptLanes16 80)
+static __device__ __align__(16) const uint4 kLaneZeros[16] = {};
 __device__ __forceinline__ const __nv_bfloat16* lane_zeros() { return reinterpret_cast<const __nv_bfloat16*>(kLaneZeros); }
 // Sub-block 2 tig + e's sums of rows g (p0) and g + 8 (p2) into acc, with its scale and min (or
 // the decoder's kSumOffset) against x's sum over the sub-block (xs: the same for both rows)
@@ -1448,6 +1458,82 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
     }
 #pragma unroll
     for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][e], P[e][2 + e], X[e], acc);
+}
+
+// kOptLanes16's chunk body (an item of one pair, T = 1), for 16-value sub-blocks whose quants are
+// biased (kLaneBias16 + the stored bits, scaled by a power of 2: the prmt's pairs, no bf16 op): lane
+// (g, tig) decodes its sub-blocks s = 0..3 (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2)
+// .. + 15: the 4 units of a 128-value half share their byte planes' bytes, so a lane reads 16
+// contiguous bytes of each plane) of rows g (block at b0) and g + 8 (b1), 4 values per step i
+// (decode_lane16: w[s][0..1] the pairs of values 4 i .. 4 i + 3). As kOptLaneCols, the B lanes
+// (2 tig + e, tig) give x of lane tig's sub-blocks e and e + 2 (xl: the chunk's values from
+// 128 (tig / 2) + 16 (tig % 2) + 32 e on; sub-block e + 2 is 64 values on), every other lane zeros,
+// so P[s]'s column 2 tig + s % 2 sums sub-block s alone, and X[q] (an mma against a row of ones per
+// step) x's sums of sub-blocks 2 q, 2 q + 1 in those columns. Each lane then takes the bias off
+// (P - kLaneBias16 X: exact integers in the mma, one rounding in float32), applies its 4 scales per
+// row (with mins, its 4 mins against X) and d (dmin) once per chunk (as kUnitScales): 8 scales per
+// chunk where Q6_K's full body takes 32 in every lane. Interface (optional, on top of the sub-block
+// one; kLanes16):
+//   LaneHead16 lane_head16(b, tig)       what lane_scale16 needs of a row's head: d, lane tig's scales
+//   float lane_scale16(h, s)             sub-block s's scale in units of d over decode_lane16's power
+//                                        of 2 (s a constant after unrolling)
+//   float lane_d16(h)                    d
+//   float lane_min16(h, s), lane_dmin16  with mins (kSubBlockMins): sub-block s's min in units of dmin;
+//                                        dmin
+//   decode_lane16(b, tig, i, w[4][2])    step i: the biased pairs of values 4 i .. 4 i + 3 of
+//                                        sub-blocks s = 0..3 of lane tig
+//   kLaneBias16                          the bias of decode_lane16's pairs
+FTW_OPTIONAL_MEMBER(Lanes16, kLanes16, bool, false);
+FTW_OPTIONAL_MEMBER(LaneBias16, kLaneBias16, int, 0);
+FTW_OPTIONAL_MEMBER(Lanes16Default, kLanes16Default, bool, true);  // (staged_lanes16)
+template <class Dec>
+__device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xl,
+                                                         int tig, float (&acc)[4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
+    constexpr bool MINS = SubBlockMins<Dec>::value;
+    static_assert(SubBlockValues<Dec>::value == 16, "16-value sub-blocks");
+    const auto h0 = Dec::lane_head16(b0, tig);
+    const auto h1 = Dec::lane_head16(b1, tig);
+    float P[4][4], X[2][4];  // P[s]: sub-block s in column 2 tig + s % 2; X[q]: sub-blocks 2 q, 2 q + 1
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+        const uint4 xs[2] = {__ldg(reinterpret_cast<const uint4*>(xl + 8 * p)),
+                             __ldg(reinterpret_cast<const uint4*>(xl + 64 + 8 * p))};
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {  // step i = 2 p + k: x pairs xs[q].x, .y (k = 0) or .z, .w
+            uint32_t wa[4][2], wb[4][2];
+            Dec::decode_lane16(b0, tig, 2 * p + k, wa);
+            Dec::decode_lane16(b1, tig, 2 * p + k, wb);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const uint32_t x0 = k ? xs[q].z : xs[q].x, x1 = k ? xs[q].w : xs[q].y;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int s = 2 * q + e;
+                    if (p == 0 && k == 0)
+                        mma_bf16_zero(P[s], wa[s][0], wb[s][0], wa[s][1], wb[s][1], x0, x1);
+                    else
+                        mma_bf16_acc(P[s], wa[s][0], wb[s][0], wa[s][1], wb[s][1], x0, x1);
+                }
+                if (p == 0 && k == 0)
+                    mma_bf16_zero(X[q], kOnes, kOnes, kOnes, kOnes, x0, x1);
+                else
+                    mma_bf16_acc(X[q], kOnes, kOnes, kOnes, kOnes, x0, x1);
+            }
+        }
+    }
+    float c0 = 0.f, c2 = 0.f, n0 = 0.f, n2 = 0.f;  // rows g and g + 8 in units of d (with mins: of dmin)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const int e = s & 1;
+        const float xs = X[s >> 1][e], xb = -float(Dec::kLaneBias16) * xs;
+        c0 = fmaf(Dec::lane_scale16(h0, s), P[s][e] + xb, c0);
+        c2 = fmaf(Dec::lane_scale16(h1, s), P[s][2 + e] + xb, c2);
+        if constexpr (MINS) n0 = fmaf(Dec::lane_min16(h0, s), xs, n0), n2 = fmaf(Dec::lane_min16(h1, s), xs, n2);
+    }
+    acc[0] = fmaf(Dec::lane_d16(h0), c0, acc[0]);
+    acc[2] = fmaf(Dec::lane_d16(h1), c2, acc[2]);
+    if constexpr (MINS) acc[0] = fmaf(-Dec::lane_dmin16(h0), n0, acc[0]), acc[2] = fmaf(-Dec::lane_dmin16(h1), n2, acc[2]);
 }
 
 // ---- byte streams as signed integers with scales on float32 sums (gguf IQ types) ------------
@@ -2047,7 +2133,16 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
-                        if constexpr ((OPT & kOptOneColumn) != 0) {
+                        if constexpr ((OPT & kOptLanes16) != 0) {
+                            if (count == 1)  // (warp-uniform) the B lanes (2 tig + e, tig): x
+                                staged_sub_block_lanes16<Dec>(
+                                    b0, b1,
+                                    (g >> 1) == tig ? xsub + int64_t(c) * 256 + 128 * (tig >> 1) + 16 * (tig & 1) + 32 * (g & 1)
+                                                    : lane_zeros(),
+                                    tig, acc[0]);
+                            else
+                                staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                        } else if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1) {  // (warp-uniform)
                                 if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
                                     staged_sub_block_lane_cols<Dec>(
@@ -2090,9 +2185,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             }
         }
 
-        // kOptLaneBlocks, an item of one pair: the quad's sub-block sums of rows g and g + 8 (pair
-        // column 0: lane tig 0's acc 0 and 2; every lane holds them)
-        if constexpr ((OPT & kOptLaneBlocks) != 0) {
+        // kOptLaneBlocks and kOptLanes16, an item of one pair: the quad's sub-block sums of rows g
+        // and g + 8 (pair column 0: lane tig 0's acc 0 and 2; every lane holds them)
+        if constexpr ((OPT & (kOptLaneBlocks | kOptLanes16)) != 0) {
             if (count == 1) {  // (warp-uniform)
 #pragma unroll
                 for (int m = 1; m < 4; m <<= 1) {
@@ -2781,11 +2876,30 @@ bool staged_lane_blocks(const KernelParams& p) {
     return LaneBlocksDefault<Dec>::value && p.T == 1;
 }
 
+// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K), at 2 stages with whole copies, as
+// measured on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"):
+// T = 1, deepseek-v3 Q6_K 114.5 -> 110.3 us (0.59 -> 0.61), Q2_K 87.2 -> 72.3 us (0.329 -> 0.397);
+// qwen3-30b-a3b Q6_K 27.1 -> 26.6 us (0.36 -> 0.37), Q2_K 19.5 -> 17.9 us (0.28 -> 0.31). T = 8 same
+// experts (every item of 8 pairs: the full body, in the kernel that also holds the lanes body) level
+// or slower: Q6_K 135.0 -> 137.5 and 33.2 -> 33.6 us, Q2_K 90.1 -> 89.7 and 23.2 -> 24.4 us. So by
+// default at T = 1 (every item one pair) at both sizes where the decoder chooses it
+// (kLanes16Default), and T > 1 keeps the kernel without a lanes body (as for kOptLaneBlocks).
+// FTW_CUDA_STAGED_LANES6=1 at any T (items of several pairs then take the full body of the same
+// kernel), =0 never (benchmarks, tests; read at every launch).
+template <class Dec>
+bool staged_lanes16(const KernelParams& p) {
+    const char* v = env_or("FTW_CUDA_STAGED_LANES6", "");
+    if (*v != 0) return std::strcmp(v, "0") != 0;
+    return Lanes16Default<Dec>::value && p.T == 1;
+}
+
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptByteCols where
-// the decoder's byte_cols says, at 2 stages.
+// the decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
+    if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
+        if (stages == 2 && staged_lanes16<Dec>(p)) return launch_staged_opt<Dec, PH, 2, OPT | kOptLanes16>(p, stream), true;
     if constexpr (kSums32<Dec>) {
         if (stages == 2 && staged_one_column(p, PH)) {
             if constexpr (LaneBlocks<Dec>::value && (OPT & kOptWholeCopy) != 0)

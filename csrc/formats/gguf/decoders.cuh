@@ -1450,7 +1450,8 @@ struct Fast<Q6_K> {
     static constexpr bool kPrefetch = true;  // H200, T=1: 0.27x of the ceiling; loaded 0.10x
     // H200, T=1, staged: 0.27x (faster at T=8: 0.25x / 0.23x); 0.30x with ld.shared, 0.49x with a
     // ring of 2 stages (launch_decode); 0.58x on float32 sub-block sums (SubBlockRows); its scales
-    // in units of d (unit_scale) 0.57x / 0.37x, as fast as d * sc per sub-block in the same run
+    // in units of d (unit_scale) 0.57x / 0.37x, as fast as d * sc per sub-block in the same run; at
+    // T = 1 with lane blocks (decode_lane16, kOptLanes16) 0.61x / 0.37x against 0.59x / 0.36x
     static constexpr bool kStaged = true;
     struct Raw {
         Span<32, 2> ql, qh;
@@ -1521,6 +1522,32 @@ struct Fast<Q6_K> {
             }
         }
     }
+    // the lane-blocks interface of 16-value sub-blocks (kOptLanes16: staged_sub_block_lanes16): lane
+    // tig's sub-blocks s = 0..3 are units s of half h = tig / 2, values 16 t .. 16 t + 15 (t = tig % 2):
+    // step i's quants from the qh word at 128 + 16 tig + 4 i (bits 2s, 2s + 1) and the ql words at
+    // 64h + 32 (s % 2) + 16 t + 4 i (nibble s / 2), as the pairs 128 + q (kLaneBias16: 128 + 32 off);
+    // scales 8h + 2s + t, bytes t and t + 2 of the words at 192 + 8h and 196 + 8h
+    static constexpr bool kLanes16 = true;
+    static constexpr int kLaneBias16 = 160;
+    struct LaneHead16 {
+        float d;
+        uint32_t sc;  // sub-block s's int8 scale in byte s
+    };
+    __device__ static LaneHead16 lane_head16(const uint8_t* b, int tig) {
+        const Ring2 r(b);
+        const int h = tig >> 1;
+        return {r.half(208), prmt(r.word(192 + 8 * h), r.word(196 + 8 * h), (tig & 1) ? 0x7531u : 0x6420u)};
+    }
+    __device__ static float lane_scale16(const LaneHead16& h, int s) { return float(int8_t(h.sc >> (8 * s))); }
+    __device__ static float lane_d16(const LaneHead16& h) { return h.d; }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
+        // (each plane's words from a lane pointer, so consecutive steps share their aligned words)
+        const Ring2 rh(b + 16 * tig), rl(b + 64 * (tig >> 1) + 16 * (tig & 1));
+        const uint32_t qh = rh.word(128 + 4 * i), ql[2] = {rl.word(4 * i), rl.word(32 + 4 * i)};
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            biased_pairs(((ql[s & 1] >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (shift_by(qh, 4 - 2 * s) & 0x30303030u), w[s]);
+    }
 };
 
 // scales[16] | qs[64] | d:f16 | dmin:f16; 84-byte blocks, 4-byte aligned. Unit u = 4h + s of its
@@ -1539,7 +1566,8 @@ struct Q2KFast {
     // sub-block sums (SubBlockRows, the default) 0.25x / 0.24x, the table 0.25x / 0.22x; with the
     // scales in the mma and the mins in a second chain (decode_scaled) 0.28x / 0.25x, against
     // 0.25x / 0.24x in the same run; with wide lanes (decode_wide) 0.31x / 0.27x against 0.27x /
-    // 0.25x in one run
+    // 0.25x in one run; at T = 1 with lane blocks (decode_lane16, kOptLanes16) 0.40x / 0.31x
+    // against 0.33x / 0.28x in one run
     static constexpr bool kTables = true;
     struct Raw {
         uint32_t q[8];
@@ -1684,6 +1712,34 @@ struct Q2KFast {
 #pragma unroll
             for (int t = 0; t < 2; ++t) biased_pairs((qs[t] >> (2 * s)) & 0x03030303u, w[e] + 2 * t);
         }
+    }
+    // the lane-blocks interface of 16-value sub-blocks (kOptLanes16: staged_sub_block_lanes16), as
+    // Fast<Q6_K>'s: lane tig's sub-blocks s = 0..3 are units s of half h = tig / 2, values 16 t ..
+    // 16 t + 15 (t = tig % 2): step i's quants are bits 2s, 2s + 1 of the qs word at 16 + 16 tig + 4 i,
+    // left in place for s < 3 (s = 3 shifted down to bits 4, 5) as the pairs 128 + 4^s q (128 + 16 q),
+    // the 4^-s in the float32 scale (exact); scale and min bytes 8h + 2s + t, bytes t and t + 2 of
+    // the scale words 2h and 2h + 1. The scales are not in the mma, so no bf16 fma per pair
+    static constexpr bool kLanes16 = true;
+    static constexpr int kLaneBias16 = 128;
+    struct LaneHead16 {
+        float d, dmin;
+        uint32_t sc;  // sub-block s's scale (low nibble) and min (high) in byte s
+    };
+    __device__ static LaneHead16 lane_head16(const uint8_t* b, int tig) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b);  // the block starts on 4 bytes (84)
+        const int h = tig >> 1;
+        return {half_bits(w[20]), half_bits(w[20] >> 16), prmt(w[2 * h], w[2 * h + 1], (tig & 1) ? 0x7531u : 0x6420u)};
+    }
+    __device__ static float lane_scale16(const LaneHead16& h, int s) {
+        return float((h.sc >> (8 * s)) & 15u) * (s == 0 ? 1.f : s == 1 ? 0.25f : 0.0625f);
+    }
+    __device__ static float lane_min16(const LaneHead16& h, int s) { return float((h.sc >> (8 * s + 4)) & 15u); }
+    __device__ static float lane_d16(const LaneHead16& h) { return h.d; }
+    __device__ static float lane_dmin16(const LaneHead16& h) { return h.dmin; }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
+        const uint32_t q = reinterpret_cast<const uint32_t*>(b + 16 + 16 * tig)[i];
+#pragma unroll
+        for (int s = 0; s < 4; ++s) biased_pairs(s < 3 ? q & (0x03030303u << (2 * s)) : (q >> 2) & 0x30303030u, w[s]);
     }
 };
 template <>
@@ -2682,6 +2738,21 @@ struct SubBlockRows : Dec {
     __device__ static void lane_scale(const H& h, int e, float& s, float& n) { F::lane_scale(h, e, s, n); }
     template <int N>
     __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][N]) { F::decode_lane(b, tig, p, w); }
+    // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K, Q2_K), with
+    // d (and dmin) once per chunk as its body applies them
+    static constexpr bool kLanes16 = ChunkD && Lanes16<F>::value;
+    static constexpr bool kLanes16Default = Lanes16Default<F>::value;
+    static constexpr int kLaneBias16 = LaneBias16<F>::value;
+    __device__ static auto lane_head16(const uint8_t* b, int tig) { return F::lane_head16(b, tig); }
+    template <class H>
+    __device__ static float lane_scale16(const H& h, int s) { return F::lane_scale16(h, s); }
+    template <class H>
+    __device__ static float lane_d16(const H& h) { return F::lane_d16(h); }
+    template <class H>
+    __device__ static float lane_min16(const H& h, int s) { return F::lane_min16(h, s); }
+    template <class H>
+    __device__ static float lane_dmin16(const H& h) { return F::lane_dmin16(h); }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) { F::decode_lane16(b, tig, i, w); }
     template <int N>
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
