@@ -68,7 +68,7 @@
 #include "core/errors.h"
 #include "cuda/experts.h"
 #include "cuda/experts_kernels.cuh"
-#include "cuda/scaled_units.cuh"  // e2m1x8_raw_mul
+#include "cuda/scaled_units.cuh"  // e2m1x8_raw_mul, e2m1_unit_raw
 
 // the grids and value tables in global memory read through the L1 (lanes index them divergently,
 // which constant memory would serialise)
@@ -1124,13 +1124,7 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
         span_words(raw.s, v);
         bytes_at<1, 7, true>(v, raw.o, e);
         bytes_at<4, 8, true>(v, raw.o + 1, q);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            uint32_t t[4];
-            e2m1x8_raw_mul(q[i], t);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) w[4 * i + k] = t[k];
-        }
+        e2m1_unit_raw(make_uint4(q[0], q[1], q[2], q[3]), w);
         static_assert(kUnitColsX == 57, "2^(e - 127 - 62 + 126 - 57)");
         return __uint_as_float((min(e[0] & 0xFFu, 247u) + 7u) << 23);
     }
