@@ -1008,14 +1008,15 @@ constexpr int kOptLaneCols = 16384;
 //                  117.6 -> 125.0, IQ4_XS 114.2 -> 118.4
 constexpr int kOptByteCols = 32768;
 //   kOptLanes16    decoders of 16-value sub-blocks with the lane-blocks interface for them (gguf
-//                  Q6_K, Q2_K: kLanes16): an item of one pair (T = 1) runs staged_sub_block_lanes16
-//                  instead of the full body: lane tig of a quad decodes the 4 sub-blocks of its own
-//                  (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) .., s = 0..3) in
-//                  kOptLaneCols' two columns, and applies 4 scales (and mins) per row on float32
-//                  sums, where Q6_K's full body takes 16 scales in every lane for 4 columns and
-//                  Q2_K's (wide lanes) puts a scale into every pair by a bf16 fma; the quad's lanes
-//                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
-//                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
+//                  Q6_K, Q2_K, Q3_K: kLanes16): an item of one pair (T = 1) runs
+//                  staged_sub_block_lanes16 instead of the full body: lane tig of a quad decodes the
+//                  4 sub-blocks of its own (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) ..,
+//                  s = 0..3) in kOptLaneCols' two columns, and applies 4 scales (and mins) per row on
+//                  float32 sums, where Q6_K's full body takes 16 scales in every lane for 4 columns
+//                  and Q2_K's and Q3_K's (wide lanes) put a scale into every pair by a bf16 fma; the
+//                  quad's lanes summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K
+//                  522 -> 360, Q2_K 409 -> 248, Q3_K 418 -> 325 (blocks on 2-byte boundaries) and
+//                  384 -> 290 (aligned, both bodies' Ring4 forms). Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1470,7 +1471,7 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // 128 (tig / 2) + 16 (tig % 2) + 32 e on; sub-block e + 2 is 64 values on), every other lane zeros,
 // so P[s]'s column 2 tig + s % 2 sums sub-block s alone, and X[q] (an mma against a row of ones per
 // step) x's sums of sub-blocks 2 q, 2 q + 1 in those columns. Each lane then takes the bias off
-// (P - kLaneBias16 X: exact integers in the mma, one rounding in float32), applies its 4 scales per
+// (P - kLaneBias16 X, or lane_bias16(s): exact integers in the mma, one rounding in float32), applies its 4 scales per
 // row (with mins, its 4 mins against X) and d (dmin) once per chunk (as kUnitScales): 8 scales per
 // chunk where Q6_K's full body takes 32 in every lane. Interface (optional, on top of the sub-block
 // one; kLanes16):
