@@ -342,8 +342,8 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
 
 
 # Items of one pair with each lane of a quad on 4 sub-blocks of 16 values of its own (kOptLanes16,
-# Q6_K, Q2_K and Q3_K: FTW_CUDA_STAGED_LANES6=1 at any T; "" the default, at T = 1 only; "0" never:
-# the full body, Q3_K's with its aligned body)
+# Q6_K, Q2_K and Q3_K: FTW_CUDA_STAGED_LANES6=1 at any T; "" the default, at T = 1 only, Q3_K never;
+# "0" never: the full body, Q3_K's with its aligned body)
 LANES16 = ["1", "", "0"]
 
 

@@ -2898,7 +2898,8 @@ bool staged_lane_blocks(const KernelParams& p) {
     return LaneBlocksDefault<Dec>::value && p.T == 1;
 }
 
-// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K), at 2 stages with whole copies, as
+// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K; Q3_K's only with =1 below, measured
+// slower: its kLanes16Default, docs/BENCHMARKS.md "K3L"), at 2 stages with whole copies, as
 // measured on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"):
 // T = 1, deepseek-v3 Q6_K 114.5 -> 110.3 us (0.59 -> 0.61), Q2_K 87.2 -> 72.3 us (0.329 -> 0.397);
 // qwen3-30b-a3b Q6_K 27.1 -> 26.6 us (0.36 -> 0.37), Q2_K 19.5 -> 17.9 us (0.28 -> 0.31). T = 8 same

@@ -1765,7 +1765,9 @@ struct Fast<Q3_K> {
     // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
     // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run; with the staged
     // kernel's whole-block copies and the aligned body, by default (FTW_CUDA_STAGED_WHOLECOPY=0 and
-    // FTW_GGUF_CUDA_ALIGNED=0 run without them): 0.42x / 0.32x against 0.39x / 0.32x)
+    // FTW_GGUF_CUDA_ALIGNED=0 run without them): 0.42x / 0.32x against 0.39x / 0.32x; at T = 1
+    // with lane blocks, decode_lane16 (kOptLanes16, FTW_CUDA_STAGED_LANES6=1 only): 0.42x / 0.31x
+    // against 0.43x / 0.32x in one run)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1903,6 +1905,11 @@ struct Fast<Q3_K> {
     // kept as the int8 4 (sc - 32) (bit 5 flipped, shifted to bit 7: one I2F, as Q6_K's), the 1/4
     // with 1/16 in d
     static constexpr bool kLanes16 = true;
+    // not by default: measured slower than the full body it would replace (H200, T = 1, the same
+    // run, docs/BENCHMARKS.md "K3L": deepseek-v3 88.0 against 87.2 us, 0.42x against 0.43x of the
+    // ceiling; qwen3-30b-a3b 20.6 against 19.9 us, 0.31x against 0.32x), though 22-24% fewer
+    // instructions per chunk; FTW_CUDA_STAGED_LANES6=1 runs it
+    static constexpr bool kLanes16Default = false;
     static constexpr int kLaneBias16 = 192;  // (s = 2, 3)
     __host__ __device__ static constexpr int lane_bias16(int s) { return s == 0 ? 132 : s == 1 ? 144 : 192; }
     struct LaneHead16 {
