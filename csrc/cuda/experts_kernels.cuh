@@ -1471,10 +1471,10 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // 128 (tig / 2) + 16 (tig % 2) + 32 e on; sub-block e + 2 is 64 values on), every other lane zeros,
 // so P[s]'s column 2 tig + s % 2 sums sub-block s alone, and X[q] (an mma against a row of ones per
 // step) x's sums of sub-blocks 2 q, 2 q + 1 in those columns. Each lane then takes the bias off
-// (P - kLaneBias16 X, or lane_bias16(s): exact integers in the mma, one rounding in float32), applies its 4 scales per
-// row (with mins, its 4 mins against X) and d (dmin) once per chunk (as kUnitScales): 8 scales per
-// chunk where Q6_K's full body takes 32 in every lane. Interface (optional, on top of the sub-block
-// one; kLanes16):
+// (P - kLaneBias16 X, or lane_bias16(s) X: exact integers in the mma, one rounding in float32),
+// applies its 4 scales per row (with mins, its 4 mins against X) and d (dmin) once per chunk (as
+// kUnitScales): 8 scales per chunk where Q6_K's full body takes 32 in every lane. Interface
+// (optional, on top of the sub-block one; kLanes16):
 //   LaneHead16 lane_head16(b, tig)       what lane_scale16 needs of a row's head: d, lane tig's scales
 //   float lane_scale16(h, s)             sub-block s's scale in units of d over decode_lane16's power
 //                                        of 2 (s a constant after unrolling)
@@ -2153,7 +2153,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                     (g >> 1) == tig ? xsub + int64_t(c) * 256 + 128 * (tig >> 1) + 16 * (tig & 1) + 32 * (g & 1)
                                                     : lane_zeros();
                                 if constexpr (Aligned4<Dec>::value) {  // as the full body's below
-                                    const uint32_t lows = uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
+                                    const uint32_t lows =
+                                        uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
                                     if (__all_sync(0xffffffffu, (lows & 3u) == 0))
                                         staged_sub_block_lanes16<Dec, true>(b0, b1, xl, tig, acc[0]);
                                     else

@@ -1899,11 +1899,11 @@ struct Fast<Q3_K> {
     // 16 t + 15 (t = tig % 2): step i's quants are bits 2s, 2s + 1 of the qs word at 32 + 16 tig + 4 i,
     // left in place for s < 3 (s = 3 shifted down to bits 4, 5) as Q2KFast's, with bit 4h + s of the
     // hmask word at 16 t + 4 i rotated to the bit above them (one funnel shift for s = 1 and 3): the
-    // pairs 128 + k (v + 4), k = 1, 4, 16, 16, so lane_bias16 is 128 + 4 k and the 1/k goes into the
-    // float32 scale (exact). Scales 8h + 2s + t: nibble h of bytes t and t + 2 of the low words at 96,
-    // 100 and bits 4h, 4h + 1 (4h + 2, 4h + 3) of the high word's bytes t and t + 2, each 6-bit scale
-    // kept as the int8 4 (sc - 32) (bit 5 flipped, shifted to bit 7: one I2F, as Q6_K's), the 1/4
-    // with 1/16 in d
+    // pairs 128 + k (v + 4), k = 1, 4, 16, 16, so lane_bias16 is 128 + 4 k. Scales 8h + 2s + t: nibble
+    // h of bytes t and t + 2 of the low words at 96, 100 and bits 4h, 4h + 1 (4h + 2, 4h + 3) of the
+    // high word's bytes t and t + 2, each 6-bit scale kept as the int8 4 (sc - 32) (bit 5 flipped,
+    // shifted to bit 7: one I2F, as Q6_K's); lane_scale16 is that times 16 / k, lane_d16 d / 64 (the
+    // powers of 2 exact)
     static constexpr bool kLanes16 = true;
     // not by default: measured slower than the full body it would replace (H200, T = 1, the same
     // run, docs/BENCHMARKS.md "K3L": deepseek-v3 88.0 against 87.2 us, 0.42x against 0.43x of the
