@@ -95,8 +95,8 @@ VARIANTS["lanes-0"] = {"FTW_CUDA_STAGED_LANES": "0"}
 VARIANTS["lanes-1"] = {"FTW_CUDA_STAGED_LANES": "1"}
 VARIANTS["lanes-2"] = {"FTW_CUDA_STAGED_LANES": "2"}
 VARIANTS["staged-one-1-lanes-0"] = {"FTW_CUDA_STAGED_ONE": "1", "FTW_CUDA_STAGED_LANES": "0"}
-# gguf Q6_K, Q2_K, Q3_K (kOptLanes16: each lane of a quad on 4 sub-blocks of 16 values of its own; by
-# default at T = 1 for Q6_K and Q2_K, never for Q3_K): lanes6-0 never (the full body), lanes6-1 at any T (items of several pairs: the
+# gguf Q6_K, Q2_K (kOptLanes16: each lane of a quad on 4 sub-blocks of 16 values of its own; by
+# default at T = 1): lanes6-0 never (the full body), lanes6-1 at any T (items of several pairs: the
 # full body of the same kernel)
 VARIANTS["lanes6-0"] = {"FTW_CUDA_STAGED_LANES6": "0"}
 VARIANTS["lanes6-1"] = {"FTW_CUDA_STAGED_LANES6": "1"}

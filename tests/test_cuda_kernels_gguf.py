@@ -342,8 +342,8 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
 
 
 # Items of one pair with each lane of a quad on 4 sub-blocks of 16 values of its own (kOptLanes16,
-# Q6_K, Q2_K and Q3_K: FTW_CUDA_STAGED_LANES6=1 at any T; "" the default, at T = 1 only, Q3_K never;
-# "0" never: the full body, Q3_K's with its aligned body)
+# Q6_K and Q2_K: FTW_CUDA_STAGED_LANES6=1 at any T; "" the default, at T = 1 only; "0" never: the
+# full body)
 LANES16 = ["1", "", "0"]
 
 
@@ -355,19 +355,13 @@ LANES16 = ["1", "", "0"]
                                             (("Q4_K", "Q4_K", "Q6_K"), 8, {"H": 2048, "I": 512, "E": 8, "K": 8}),
                                             (("Q2_K", "Q2_K", "Q2_K"), 1, {}), (("Q2_K", "Q2_K", "Q2_K"), 8, {}),
                                             (("Q2_K", "Q2_K", "Q6_K"), 1, {"H": 2048, "I": 768, "K": 8}),
-                                            (("Q6_K", "Q6_K", "Q2_K"), 3, {"H": 512, "I": 256, "E": 8, "K": 4}),
-                                            (("Q3_K", "Q3_K", "Q3_K"), 1, {}), (("Q3_K", "Q3_K", "Q3_K"), 8, {}),
-                                            (("Q3_K", "Q3_K", "Q3_K"), 1, {"H": 1024, "I": 512}),
-                                            (("Q3_K", "Q3_K", "Q2_K"), 1, {"H": 2048, "I": 768, "K": 8}),
-                                            (("Q2_K", "Q2_K", "Q3_K"), 3, {"H": 512, "I": 256, "E": 8, "K": 4})])
+                                            (("Q6_K", "Q6_K", "Q2_K"), 3, {"H": 512, "I": 256, "E": 8, "K": 4})])
 def test_lane_blocks16_body(types, T, size, lanes, monkeypatch):
     """At T = 1 every item is one pair (the lanes body, or the full body with "0"); T = 3 and 8 with
     independent routings put items of one pair beside items of several (with "1" the lanes body and
     the full body in one launch); rows of 1, 2, 3, 4 and 8 blocks, several warps splitting a row
     (H = 2048: the per-item quad sums before the warps' reduction), gate_up and down of different
-    types. Q3_K's 110-byte blocks: rows of 768 and 256 values (330, 110 bytes) start 4- and 2-byte
-    aligned in turn, rows of 512, 1024 and 2048 values (220, 440, 880 bytes) have their chunks so
-    (the lanes body reads both through Ring2)."""
+    types."""
     monkeypatch.setenv("FTW_CUDA_STAGED_LANES6", lanes)
     size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
     check(types, T, [29, T, sum(map(ord, "".join(types))), size["H"]], **size)  # the same data for every body

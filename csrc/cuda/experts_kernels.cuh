@@ -1008,15 +1008,14 @@ constexpr int kOptLaneCols = 16384;
 //                  117.6 -> 125.0, IQ4_XS 114.2 -> 118.4
 constexpr int kOptByteCols = 32768;
 //   kOptLanes16    decoders of 16-value sub-blocks with the lane-blocks interface for them (gguf
-//                  Q6_K, Q2_K, Q3_K: kLanes16): an item of one pair (T = 1) runs
-//                  staged_sub_block_lanes16 instead of the full body: lane tig of a quad decodes the
-//                  4 sub-blocks of its own (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) ..,
-//                  s = 0..3) in kOptLaneCols' two columns, and applies 4 scales (and mins) per row on
-//                  float32 sums, where Q6_K's full body takes 16 scales in every lane for 4 columns
-//                  and Q2_K's and Q3_K's (wide lanes) put a scale into every pair by a bf16 fma; the
-//                  quad's lanes summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K
-//                  522 -> 360, Q2_K 409 -> 248, Q3_K 418 -> 325 (blocks on 2-byte boundaries) and
-//                  384 -> 290 (aligned, both bodies' Ring4 forms). Where staged_lanes16 says (T = 1)
+//                  Q6_K, Q2_K: kLanes16): an item of one pair (T = 1) runs staged_sub_block_lanes16
+//                  instead of the full body: lane tig of a quad decodes the 4 sub-blocks of its own
+//                  (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2) .., s = 0..3) in
+//                  kOptLaneCols' two columns, and applies 4 scales (and mins) per row on float32
+//                  sums, where Q6_K's full body takes 16 scales in every lane for 4 columns and
+//                  Q2_K's (wide lanes) puts a scale into every pair by a bf16 fma; the quad's lanes
+//                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
+//                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1471,10 +1470,10 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // 128 (tig / 2) + 16 (tig % 2) + 32 e on; sub-block e + 2 is 64 values on), every other lane zeros,
 // so P[s]'s column 2 tig + s % 2 sums sub-block s alone, and X[q] (an mma against a row of ones per
 // step) x's sums of sub-blocks 2 q, 2 q + 1 in those columns. Each lane then takes the bias off
-// (P - kLaneBias16 X, or lane_bias16(s) X: exact integers in the mma, one rounding in float32),
-// applies its 4 scales per row (with mins, its 4 mins against X) and d (dmin) once per chunk (as
-// kUnitScales): 8 scales per chunk where Q6_K's full body takes 32 in every lane. Interface
-// (optional, on top of the sub-block one; kLanes16):
+// (P - kLaneBias16 X: exact integers in the mma, one rounding in float32), applies its 4 scales per
+// row (with mins, its 4 mins against X) and d (dmin) once per chunk (as kUnitScales): 8 scales per
+// chunk where Q6_K's full body takes 32 in every lane. Interface (optional, on top of the sub-block
+// one; kLanes16):
 //   LaneHead16 lane_head16(b, tig)       what lane_scale16 needs of a row's head: d, lane tig's scales
 //   float lane_scale16(h, s)             sub-block s's scale in units of d over decode_lane16's power
 //                                        of 2 (s a constant after unrolling)
@@ -1484,30 +1483,17 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 //   decode_lane16(b, tig, i, w[4][2])    step i: the biased pairs of values 4 i .. 4 i + 3 of
 //                                        sub-blocks s = 0..3 of lane tig
 //   kLaneBias16                          the bias of decode_lane16's pairs
-//   int lane_bias16(s)                   (optional, constexpr) sub-block s's bias where it depends on
-//                                        s (Q3_K: its offset 4 times the pairs' power of 2)
 FTW_OPTIONAL_MEMBER(Lanes16, kLanes16, bool, false);
 FTW_OPTIONAL_MEMBER(LaneBias16, kLaneBias16, int, 0);
-FTW_HAS_MEMBER(HasLaneBias16, lane_bias16);
-template <class Dec>
-__host__ __device__ constexpr int lane_bias16_of(int s) {
-    if constexpr (HasLaneBias16<Dec>::value)
-        return Dec::lane_bias16(s);
-    else
-        return LaneBias16<Dec>::value;
-}
 FTW_OPTIONAL_MEMBER(Lanes16Default, kLanes16Default, bool, true);  // (staged_lanes16)
-// A4: both blocks start on a 4-byte boundary (decoders with kAligned4, Q3_K: their lane_head16 and
-// decode_lane16 read whole words, as the aligned full body)
-template <class Dec, bool A4 = false>
+template <class Dec>
 __device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, const uint8_t* b1, const __nv_bfloat16* xl,
                                                          int tig, float (&acc)[4]) {
     constexpr uint32_t kOnes = 0x3F803F80u;  // bf16 pair (1, 1)
     constexpr bool MINS = SubBlockMins<Dec>::value;
     static_assert(SubBlockValues<Dec>::value == 16, "16-value sub-blocks");
-    static_assert(!A4 || Aligned4<Dec>::value, "the aligned body: a decoder with kAligned4");
-    const auto h0 = Dec::template lane_head16<A4>(b0, tig);
-    const auto h1 = Dec::template lane_head16<A4>(b1, tig);
+    const auto h0 = Dec::lane_head16(b0, tig);
+    const auto h1 = Dec::lane_head16(b1, tig);
     float P[4][4], X[2][4];  // P[s]: sub-block s in column 2 tig + s % 2; X[q]: sub-blocks 2 q, 2 q + 1
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
@@ -1516,8 +1502,8 @@ __device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, cons
 #pragma unroll
         for (int k = 0; k < 2; ++k) {  // step i = 2 p + k: x pairs xs[q].x, .y (k = 0) or .z, .w
             uint32_t wa[4][2], wb[4][2];
-            Dec::template decode_lane16<A4>(b0, tig, 2 * p + k, wa);
-            Dec::template decode_lane16<A4>(b1, tig, 2 * p + k, wb);
+            Dec::decode_lane16(b0, tig, 2 * p + k, wa);
+            Dec::decode_lane16(b1, tig, 2 * p + k, wb);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 const uint32_t x0 = k ? xs[q].z : xs[q].x, x1 = k ? xs[q].w : xs[q].y;
@@ -1540,7 +1526,7 @@ __device__ __forceinline__ void staged_sub_block_lanes16(const uint8_t* b0, cons
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
         const int e = s & 1;
-        const float xs = X[s >> 1][e], xb = -float(lane_bias16_of<Dec>(s)) * xs;
+        const float xs = X[s >> 1][e], xb = -float(Dec::kLaneBias16) * xs;
         c0 = fmaf(Dec::lane_scale16(h0, s), P[s][e] + xb, c0);
         c2 = fmaf(Dec::lane_scale16(h1, s), P[s][2 + e] + xb, c2);
         if constexpr (MINS) n0 = fmaf(Dec::lane_min16(h0, s), xs, n0), n2 = fmaf(Dec::lane_min16(h1, s), xs, n2);
@@ -2148,23 +2134,14 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
                         if constexpr ((OPT & kOptLanes16) != 0) {
-                            if (count == 1) {  // (warp-uniform) the B lanes (2 tig + e, tig): x
-                                const __nv_bfloat16* xl =
+                            if (count == 1)  // (warp-uniform) the B lanes (2 tig + e, tig): x
+                                staged_sub_block_lanes16<Dec>(
+                                    b0, b1,
                                     (g >> 1) == tig ? xsub + int64_t(c) * 256 + 128 * (tig >> 1) + 16 * (tig & 1) + 32 * (g & 1)
-                                                    : lane_zeros();
-                                if constexpr (Aligned4<Dec>::value) {  // as the full body's below
-                                    const uint32_t lows =
-                                        uint32_t(reinterpret_cast<uintptr_t>(b0) | reinterpret_cast<uintptr_t>(b1));
-                                    if (__all_sync(0xffffffffu, (lows & 3u) == 0))
-                                        staged_sub_block_lanes16<Dec, true>(b0, b1, xl, tig, acc[0]);
-                                    else
-                                        staged_sub_block_lanes16<Dec>(b0, b1, xl, tig, acc[0]);
-                                } else {
-                                    staged_sub_block_lanes16<Dec>(b0, b1, xl, tig, acc[0]);
-                                }
-                            } else {
+                                                    : lane_zeros(),
+                                    tig, acc[0]);
+                            else
                                 staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
-                            }
                         } else if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1) {  // (warp-uniform)
                                 if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
@@ -2899,8 +2876,7 @@ bool staged_lane_blocks(const KernelParams& p) {
     return LaneBlocksDefault<Dec>::value && p.T == 1;
 }
 
-// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K; Q3_K's only with =1 below, measured
-// slower: its kLanes16Default, docs/BENCHMARKS.md "K3L"), at 2 stages with whole copies, as
+// kOptLanes16 for the decoders that have it (gguf Q6_K, Q2_K), at 2 stages with whole copies, as
 // measured on the H200 (x the ceiling, the full body in the same run; docs/BENCHMARKS.md "K6"):
 // T = 1, deepseek-v3 Q6_K 114.5 -> 110.3 us (0.59 -> 0.61), Q2_K 87.2 -> 72.3 us (0.329 -> 0.397);
 // qwen3-30b-a3b Q6_K 27.1 -> 26.6 us (0.36 -> 0.37), Q2_K 19.5 -> 17.9 us (0.28 -> 0.31). T = 8 same

@@ -1413,12 +1413,6 @@ struct Ring2 {
     __device__ explicit Ring2(const uint8_t* b)
         : a(reinterpret_cast<const uint32_t*>(b - addr_low(b, 2))), sh(addr_low(b, 2) * 8) {}
     __device__ uint32_t word(int o) const { return __funnelshift_r(a[o >> 2], a[(o >> 2) + 1], sh); }
-    // the ring o bytes on (o a multiple of 4: the same shift, not found again)
-    __device__ Ring2 at(int o) const {
-        Ring2 r = *this;
-        r.a += o >> 2;
-        return r;
-    }
     // the f16 at byte o (a multiple of 4), from the one word holding it (a block's last two bytes:
     // nothing read past them)
     __device__ float half(int o) const { return half_bits(a[o >> 2] >> sh); }
@@ -1429,7 +1423,6 @@ struct Ring4 {
     const uint32_t* a;
     __device__ explicit Ring4(const uint8_t* b) : a(reinterpret_cast<const uint32_t*>(b)) {}
     __device__ uint32_t word(int o) const { return a[o >> 2]; }
-    __device__ Ring4 at(int o) const { return Ring4(reinterpret_cast<const uint8_t*>(a + (o >> 2))); }
     __device__ float half(int o) const { return half_bits(a[o >> 2]); }
 };
 
@@ -1759,9 +1752,7 @@ struct Fast<Q3_K> {
     // with the scales in the mma, decode_scaled: 0.38x / 0.31x against 0.36x / 0.31x in one run;
     // with wide lanes, decode_wide: 0.39x / 0.32x against 0.37x / 0.30x in one run; with the staged
     // kernel's whole-block copies and the aligned body, by default (FTW_CUDA_STAGED_WHOLECOPY=0 and
-    // FTW_GGUF_CUDA_ALIGNED=0 run without them): 0.42x / 0.32x against 0.39x / 0.32x; at T = 1
-    // with lane blocks, decode_lane16 (kOptLanes16, FTW_CUDA_STAGED_LANES6=1 only): 0.42x / 0.31x
-    // against 0.43x / 0.32x in one run)
+    // FTW_GGUF_CUDA_ALIGNED=0 run without them): 0.42x / 0.32x against 0.39x / 0.32x)
     struct Raw {
         Span<32, 2> hm, qs;
         uint32_t lo, hi, d;  // the words holding the scales' low bytes, high bytes, and d
@@ -1887,57 +1878,6 @@ struct Fast<Q3_K> {
                 w[e][2 * t + 1] = bfma2(prmt(x, 0x41u, 0x4342u), T, C);
             }
         }
-    }
-    // the lane-blocks interface of 16-value sub-blocks (kOptLanes16: staged_sub_block_lanes16), as
-    // Fast<Q6_K>'s: lane tig's sub-blocks s = 0..3 are units s of half h = tig / 2, values 16 t ..
-    // 16 t + 15 (t = tig % 2): step i's quants are bits 2s, 2s + 1 of the qs word at 32 + 16 tig + 4 i,
-    // left in place for s < 3 (s = 3 shifted down to bits 4, 5) as Q2KFast's, with bit 4h + s of the
-    // hmask word at 16 t + 4 i rotated to the bit above them (one funnel shift for s = 1 and 3): the
-    // pairs 128 + k (v + 4), k = 1, 4, 16, 16, so lane_bias16 is 128 + 4 k. Scales 8h + 2s + t: nibble
-    // h of bytes t and t + 2 of the low words at 96, 100 and bits 4h, 4h + 1 (4h + 2, 4h + 3) of the
-    // high word's bytes t and t + 2, each 6-bit scale kept as the int8 4 (sc - 32) (bit 5 flipped,
-    // shifted to bit 7: one I2F, as Q6_K's); lane_scale16 is that times 16 / k, lane_d16 d / 64 (the
-    // powers of 2 exact)
-    static constexpr bool kLanes16 = true;
-    // not by default: measured slower than the full body it would replace (H200, T = 1, the same
-    // run, docs/BENCHMARKS.md "K3L": deepseek-v3 88.0 against 87.2 us, 0.42x against 0.43x of the
-    // ceiling; qwen3-30b-a3b 20.6 against 19.9 us, 0.31x against 0.32x), though 22-24% fewer
-    // instructions per chunk; FTW_CUDA_STAGED_LANES6=1 runs it
-    static constexpr bool kLanes16Default = false;
-    static constexpr int kLaneBias16 = 192;  // (s = 2, 3)
-    __host__ __device__ static constexpr int lane_bias16(int s) { return s == 0 ? 132 : s == 1 ? 144 : 192; }
-    struct LaneHead16 {
-        float d;      // d / 64
-        uint32_t sc;  // sub-block s's 4 (sc - 32) as an int8 in byte s
-    };
-    __device__ static LaneHead16 lane_head16(const uint8_t* b, int tig) { return lane_head16_in<Ring2>(b, tig); }
-    template <class R>  // (Ring4: a block on a 4-byte boundary, kAlignedBody)
-    __device__ static LaneHead16 lane_head16_in(const uint8_t* b, int tig) {
-        const R r(b);
-        const int h4 = 4 * (tig >> 1);
-        const uint32_t sel = (tig & 1) ? 0x7531u : 0x6420u;  // bytes t, t + 2 of two words
-        const uint32_t lo = (prmt(r.word(96), r.word(100), sel) >> h4) & 0x0F0F0F0Fu, hi = r.word(104) >> h4;
-        return {r.half(108) * 0.015625f, ((lo | (prmt(hi << 4, hi << 2, sel) & 0x30303030u)) ^ 0x20202020u) << 2};
-    }
-    __device__ static float lane_scale16(const LaneHead16& h, int s) {
-        return float(int8_t(h.sc >> (8 * s))) * (s == 0 ? 16.f : s == 1 ? 4.f : 1.f);
-    }
-    __device__ static float lane_d16(const LaneHead16& h) { return h.d; }
-    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
-        decode_lane16_in<Ring2>(b, tig, i, w);
-    }
-    template <class R>
-    __device__ static void decode_lane16_in(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
-        // (each plane's words at a lane offset of one ring position, so consecutive steps share
-        // their aligned words and the lanes their shift)
-        const R r(b);
-        const uint32_t hm = r.at(16 * (tig & 1)).word(4 * i), qs = r.at(32 + 16 * tig).word(4 * i);
-        const int h4 = 4 * (tig >> 1);
-        const uint32_t h13 = __funnelshift_l(hm, hm, 3 - h4);  // bits 4h + 1, 4h + 3 to 4, 6
-        biased_pairs((qs & 0x03030303u) | (__funnelshift_l(hm, hm, 2 - h4) & 0x04040404u), w[0]);
-        biased_pairs((qs & 0x0C0C0C0Cu) | (h13 & 0x10101010u), w[1]);
-        biased_pairs((qs & 0x30303030u) | (__funnelshift_l(hm, hm, 4 - h4) & 0x40404040u), w[2]);
-        biased_pairs(((qs >> 2) & 0x30303030u) | (h13 & 0x40404040u), w[3]);
     }
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][4]) {
         const Ring2 r(b);
@@ -2792,18 +2732,12 @@ struct SubBlockRows : Dec {
     __device__ static void lane_scale(const H& h, int e, float& s, float& n) { F::lane_scale(h, e, s, n); }
     template <int N>
     __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][N]) { F::decode_lane(b, tig, p, w); }
-    // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K, Q2_K, Q3_K),
+    // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K, Q2_K), with
     // d (and dmin) once per chunk as its body applies them
     static constexpr bool kLanes16 = ChunkD && Lanes16<F>::value;
     static constexpr bool kLanes16Default = Lanes16Default<F>::value;
-    __host__ __device__ static constexpr int lane_bias16(int s) { return lane_bias16_of<F>(s); }
-    template <bool A4 = false>
-    __device__ static auto lane_head16(const uint8_t* b, int tig) {
-        if constexpr (A4)
-            return F::template lane_head16_in<Ring4>(b, tig);
-        else
-            return F::lane_head16(b, tig);
-    }
+    static constexpr int kLaneBias16 = LaneBias16<F>::value;
+    __device__ static auto lane_head16(const uint8_t* b, int tig) { return F::lane_head16(b, tig); }
     template <class H>
     __device__ static float lane_scale16(const H& h, int s) { return F::lane_scale16(h, s); }
     template <class H>
@@ -2812,13 +2746,7 @@ struct SubBlockRows : Dec {
     __device__ static float lane_min16(const H& h, int s) { return F::lane_min16(h, s); }
     template <class H>
     __device__ static float lane_dmin16(const H& h) { return F::lane_dmin16(h); }
-    template <bool A4 = false>
-    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) {
-        if constexpr (A4)
-            F::template decode_lane16_in<Ring4>(b, tig, i, w);
-        else
-            F::decode_lane16(b, tig, i, w);
-    }
+    __device__ static void decode_lane16(const uint8_t* b, int tig, int i, uint32_t (&w)[4][2]) { F::decode_lane16(b, tig, i, w); }
     template <int N>
     __device__ static void decode_pair(const uint8_t* b, int c2, int tig, uint32_t (&w)[2][N]) {
         F::decode_pair(b, c2, tig, w);
