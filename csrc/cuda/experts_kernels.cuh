@@ -1924,16 +1924,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const int slot = rt.slot[dx];
         const int count = slot >= 0 ? rt.count[dx] : 0;
         const __nv_bfloat16* xrow = nullptr;
-        if constexpr (UC) {
+        if constexpr (UC || BC) {
             // T = 1: every pair of the item is token 0's; the lanes g = 2 tig supply column g, the
             // others keep x zero (two groups per unit: the lanes g = 2 tig + 1 too, column g taking
-            // the unit's second group)
+            // the unit's second group; BC's units are one group)
             if (count > 0 && (UG == 2 ? g >> 1 : g) == (UG == 2 ? tig : 2 * tig)) {
-                const int pair = rt.pairs[dx][0];
-                xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
-            }
-        } else if constexpr (BC) {  // as UC's one group: the lanes g = 2 tig supply column g
-            if (count > 0 && g == 2 * tig) {
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
