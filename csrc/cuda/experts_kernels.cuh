@@ -2603,7 +2603,7 @@ StagedShape staged_shape(Kernel kernel, int S, int units, int tiles, int nck, in
     };
     int KS = 1;
     const int env_forced = forced_split("FTW_CUDA_STAGED_KSPLIT", 4);
-    const int forced = env_forced ? env_forced : prefer;  // prefer: the decoder's kBlockWarps
+    const int forced = env_forced ? env_forced : prefer;  // prefer: the decoder's kBlockWarps, or 1 (kOptLanes16)
     for (int ks = 1; ks <= 4; ks *= 2) {
         if (ks > 1 && nck < 2 * ks) break;  // at least 2 chunks per warp and item
         KS = ks;
@@ -2672,7 +2672,12 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     constexpr bool units16 = !ByteStream<Dec>::value;
     int nparts = 1;
     constexpr bool fine = (OPT & kOptFine) != 0;
-    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, BlockWarps<Dec>::value);
+    // kOptLanes16 (gguf Q6_K, Q2_K at T = 1) in blocks of one warp, as measured on the H200
+    // (docs/BENCHMARKS.md "A launch-shape sweep"; T = 1, x the ceiling): qwen3-30b-a3b Q6_K 0.36 ->
+    // 0.39, Q2_K 0.31 -> 0.31; deepseek-v3 Q6_K 0.61 -> 0.62, Q2_K 0.39 -> 0.40 (Q4_K, Q5_K lost
+    // with one warp at the qwen3 size: 0.38 -> 0.34, 0.36 -> 0.35)
+    constexpr int prefer = (OPT & kOptLanes16) != 0 ? 1 : BlockWarps<Dec>::value;
+    StagedShape sh = staged_shape(kernel, S, units, tiles, nchunks, fewest, most, fit, fine, prefer);
     int forced = forced_split("FTW_CUDA_STAGED_PARTS", 4);
     // gguf Q4_K, Q5_K, Q8_0 on sums (kSums32): down in 2 parts where it has fewer than 12 16-row
     // items per SM when every token picks the same experts (qwen3-30b-a3b: 1024 single-warp items
@@ -2688,7 +2693,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         for (int n = 2; n <= (forced ? forced : 4); n *= 2) {
             const int nck = (nchunks + n - 1) / n;
             if (!forced && nck < part_min) break;
-            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine, BlockWarps<Dec>::value);
+            const StagedShape t = staged_shape(kernel, S, units, tiles, nck, fewest * n, most * n, fit, fine, prefer);
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
