@@ -139,6 +139,11 @@ VARIANTS["gguf-staged-values-0"] = {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF
 # the scales on the float32 sums) or without them (=0: the decode before); the default takes them
 # where the staged kernel runs (Fast<T>::kByteColsDefault)
 VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("0", "1")})
+# gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both
+# phases, =gate_up / =down one: staged also where the default is register-fed, x or act quantized per
+# 32-value group into int8 hi and lo planes before the phase, the units on mma m16n8k32 u8 x s8) or
+# without them (=0)
+VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gate_up", "down")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
@@ -417,7 +422,7 @@ def bench_decode(view: ce.LayerView, H: int, I: int, E: int, T: int, same: bool,
     xs = [torch.randn((T, H), dtype=torch.bfloat16, device=dev) for _ in range(nsteps)]
     wts = torch.rand((T, K), device=dev)
     out = torch.empty((T, H), dtype=torch.float32, device=dev)
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device=dev)
     steps = [lambda s=s: ce.experts_forward(view, xs[s], plans[s], wts, "silu", out=out, ws=ws, check=False)
              for s in range(nsteps)]
     timers = [GraphTimer(steps)]

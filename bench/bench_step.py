@@ -218,7 +218,7 @@ class Gpu:
 
         views = [pools.view(l) for l in range(L)]
         S = pools.plan["pools"][0]["slots"]
-        ws = torch.empty(int(rt.cuda_experts_workspace_bytes(1, K, I, E)), dtype=torch.uint8, device=self.dev)
+        ws = torch.empty(int(rt.cuda_experts_workspace_bytes(1, K, I, E, H)), dtype=torch.uint8, device=self.dev)
         x = torch.randn((1, H), device=self.dev).to(torch.bfloat16)
         w = torch.rand((1, K), device=self.dev)
         gg = ggml_type_ids(fmt)

@@ -587,6 +587,119 @@ def test_gguf_unit_columns_scales_far_apart(name, scales, cols, monkeypatch):
     assert err < REL_TOL, f"{name} {scales} {cols}: {err:.3g}"
 
 
+# T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both phases, =gate_up / =down one: staged also
+# where the type's default is register-fed): x (act) quantized per 32-value group to int8 hi and lo
+# (x = s (hi + lo / 254), within s / 508), the weights' exact integers on mma m16n8k32 u8 x s8, the
+# scales on the int32 sums. Each case runs every way and without (=0) on the same data: all within
+# the tolerance, the int8 ways no less accurate than the bf16 one (they round no weight, and x to
+# about 1.5e-5 of its group's largest value instead of bf16's 2^-9 of each value), and the outputs
+# not identical to it where a phase's type has int8 units (they ran).
+INT8 = ["Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS"]
+# (H, I, E, K): one chunk per 256 values; Q4_0 / MXFP4 / IQ4_NL rows ending in a partial chunk (352 and
+# 160 values: a last chunk of 3 blocks, units past the row's end); several chunks over more items
+# than blocks; IQ4_XS's rows are whole 256-value blocks
+INT8_SIZES = {"small": (512, 256, 8, 4), "partial": (352, 160, 8, 4), "chunks": (2048, 512, 16, 8),
+              "xs": (768, 256, 8, 4)}
+
+
+def int8_pair(types, size, seed, monkeypatch, rows=None):
+    H, I, E, K = INT8_SIZES[size]  # noqa: E741
+    rng = np.random.default_rng(seed)
+    opts, banks = gguf_layer(types, H, I, E, rng) if rows is None else rows(H, I, E, rng)
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ref = reference(opts, banks, H, I, x64, ids, wts)
+    outs, errs = {}, {}
+    for v in ("0", "1", "gate_up", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        outs[v] = run(opts, banks, x, ids, wts)
+        errs[v] = rel_err(outs[v], ref)
+    print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
+          f"down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
+    for v in ("1", "gate_up", "down"):
+        assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
+        assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
+        if v != "down" or types[2] in INT8:
+            assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
+
+
+@pytest.mark.parametrize("size", list(INT8_SIZES))
+@pytest.mark.parametrize("name", INT8)
+def test_gguf_int8_units(name, size, monkeypatch):
+    if (name == "IQ4_XS") != (size in ("xs", "chunks")):
+        pytest.skip("IQ4_XS rows are whole 256-value blocks; the xs size is its own")
+    seed = [29, INT8.index(name), list(INT8_SIZES).index(size)]
+    int8_pair((name, name, name), size, seed, monkeypatch)
+
+
+@pytest.mark.parametrize("name", INT8)
+def test_gguf_int8_units_down_other_type(name, monkeypatch):
+    """gate_up int8, down of another type (its own kernel in phase 1)."""
+    int8_pair((name, name, "Q8_0"), "xs", [31, INT8.index(name)], monkeypatch)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("pdl0", ["1", "0"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL"])
+def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
+    """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
+    by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
+    tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance. (Written
+    after the helper's device calls: not yet run on a GPU by its author.)"""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
+    monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
+    H, I, E, K = INT8_SIZES["partial"]  # noqa: E741
+    rng = np.random.default_rng([41, INT8.index(name), int(pdl0), int(graph)])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    steps = []
+    for _ in range(6):
+        x, x64 = bf16_x(1, H, rng)
+        ids, wts = routing(1, K, E, rng)
+        steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
+                      torch.full((1, H), float("nan"), dtype=torch.float32, device="cuda")))
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(1, K, I, E, H), dtype=torch.uint8, device="cuda")
+
+    def launch():
+        for x, _, _, _, ids_d, wts_d, out in steps:
+            ce.experts_forward(view, x, ids_d, wts_d, SILU, out=out, ws=ws, check=False)
+
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            launch()  # the kernels' first launches outside the capture
+        torch.cuda.current_stream().wait_stream(s)
+        for *_, out in steps:
+            out.fill_(float("nan"))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            launch()
+        g.replay()
+    else:
+        launch()
+    torch.cuda.synchronize()
+    assert ce.read_error(ws) is None
+    errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
+    print(f"gguf cuda accuracy {name} int8 back to back pdl0={pdl0} graph={graph}: {max(errs):.2e}")
+    assert max(errs) < REL_TOL, errs
+
+
+@pytest.mark.parametrize("scales", list(FAR_SCALES))
+@pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
+def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
+    """Block scales of 2^-20 and 2^+20 (as test_gguf_unit_columns_scales_far_apart) with int8 units."""
+    gu_small, down_small = FAR_SCALES[scales]
+
+    def rows(H, I, E, rng):  # noqa: E741
+        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
+        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+
+    int8_pair((name, name, name), "small", [37, INT8.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
+
+
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the

@@ -59,14 +59,16 @@ FTW_BINDINGS(cuda_experts) {
 
     m.def(
         "cuda_experts_workspace_bytes",
-        [](int T, int K, int I, int num_experts) -> int64_t {
+        [](int T, int K, int I, int num_experts, int H) -> int64_t {
 #ifdef FTW_WITH_CUDA
-            return ftw::cuda::workspace_bytes(T, K, I, num_experts);
+            return ftw::cuda::workspace_bytes(T, K, I, num_experts, H);
 #else
             no_cuda();
 #endif
         },
-        "T"_a, "K"_a, "I"_a, "num_experts"_a, "Device workspace bytes one experts_forward call needs.");
+        "T"_a, "K"_a, "I"_a, "num_experts"_a, "H"_a = 0,
+        "Device workspace bytes one experts_forward call needs (with H: also room for phase 0's int8 x "
+        "at T = 1, which gguf's int8 units need; without it they are not used).");
 
     m.def(
         "cuda_decode_ksplit",

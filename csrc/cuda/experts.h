@@ -44,8 +44,9 @@ struct FormatOptions {
 };
 
 // Device bytes the forward needs for its routing tables and the activations between gate_up
-// and down (bf16 [T*K, I]).
-int64_t workspace_bytes(int T, int K, int I, int num_experts);
+// and down (bf16 [T*K, I]); with H > 0 also, at T = 1, token 0's x in integers for the int8 units
+// of phase 0 (gguf's kOptInt8: a workspace without that room runs without them).
+int64_t workspace_bytes(int T, int K, int I, int num_experts, int H = 0);
 
 // Checks everything it can without reading device memory (format name, bank row sizes and
 // alignment, shapes, options) and throws ShapeError / FormatError / UnsupportedError before any

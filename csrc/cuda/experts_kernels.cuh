@@ -57,6 +57,13 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
+    // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_int8 writes it
+    // before phase 0): [H / 32] groups of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order),
+    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}; null where T > 1
+    uint8_t* xq;
+    // T = 1: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [K * I / 32]
+    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2; null where T > 1
+    uint8_t* actq;
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -1017,11 +1024,31 @@ constexpr int kOptByteCols = 32768;
 //                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
 //                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
+//   kOptInt8       T = 1, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
+//                  IQ4_NL, IQ4_XS: kInt8, decode_int8): each weight is a small integer times its
+//                  unit's scale, so the units go to mma.m16n8k32 u8 x s8 (s32 sums) as integers and x
+//                  as two int8 planes per 32-value group j (quantize_int8, a launch before the phase
+//                  that the phase waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'
+//                  layout: lane (g, tig) decodes its unit tig + 4 j of rows g and g + 8 into the A
+//                  fragment (a0 / a2: row g, k 4 tig .. and 16 + 4 tig ..; a1 / a3 row g + 8), the B
+//                  lane (2 tig, tig) gives the group's hi, (2 tig + 1, tig) its lo, every other lane
+//                  zeros, so columns 2 tig and 2 tig + 1 sum lane tig's unit against hi and lo: 4 IMMA
+//                  per unit (the bf16 mma takes 8), then 254 S_hi + S_lo - offset * (254 sum hi + sum
+//                  lo) (the decoder's u8 bias: Q4_0 8, the tables 128) in int32, one I2F and one FFMA
+//                  per row by the unit's scale times s_j / 254; the quad's lanes summed per item.
+//                  Where the decoder's int8 says (launch_byte_stream; FTW_GGUF_CUDA_INT8). SASS (sm_90,
+//                  2-stage kernels, instructions per ring stage): Q4_0 phase 0 772 (kOptByteCols) ->
+//                  505, phase 1 789 -> 528; MXFP4 1062 -> 851, 1068 -> 881; IQ4_NL 1129 -> 771 (its
+//                  staged bf16 kernel), 1132 -> 799; IQ4_XS 1193 -> 749, 1163 -> 768. H200, T = 1, both
+//                  phases (docs/BENCHMARKS.md "I8"): deepseek-v3 Q4_0 84.8 -> 77.1 us, MXFP4 102.3 ->
+//                  93.4, IQ4_NL 114.8 -> 89.2, IQ4_XS 105.8 -> 86.2; qwen3-30b-a3b slower (18.5 -> 20.7,
+//                  19.0 -> 23.8, 20.7 -> 23.2, 19.3 -> 21.8)
+constexpr int kOptInt8 = 65536;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1055,6 +1082,20 @@ FTW_OPTIONAL_MEMBER(UnitColsPost, kUnitColsPost, float, 1.f);
 //   static bool byte_cols(p)            (host) whether a launch takes kOptByteCols (T = 1 only)
 FTW_OPTIONAL_MEMBER(ByteCols, kByteCols, bool, false);
 FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
+// kOptInt8's interface (optional, on top of the byte-stream one; kInt8 true):
+//   float decode_int8(b, k, a[8])       unit k of the chunk at b as u8 integers: a[2 s] the A words
+//                                       a0 / a1 of IMMA step s (k 4 tig ..), a[2 s + 1] a2 / a3 (k 16 +
+//                                       4 tig ..); returns the unit's scale, so that its share of the
+//                                       decode's sum is scale * (a - kInt8Offset) . x
+//   kInt8Offset                         the integers' bias (taken off through the x group's sum)
+//   kInt8Interleaved (optional, false)  x's order in a group: false, a[2 s] takes values 4 s .. 4 s + 3
+//                                       and a[2 s + 1] 16 + 4 s ..; true, a[2 s] values 4 s, 16 + 4 s,
+//                                       4 s + 1, 17 + 4 s and a[2 s + 1] 4 s + 2, 18 + 4 s, 4 s + 3,
+//                                       19 + 4 s (the nibble order of a unit's word s: gguf's tables)
+//   static bool int8(p, phase)          (host) whether the phase of a launch takes kOptInt8 (T = 1 only)
+FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
+FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
+FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1147,6 +1188,14 @@ __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32
         "{%10, %10, %10, %10};"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+}
+// kOptInt8's integer mma: A u8 (16 x 32, row), B s8 (32 x 8, col), int32 sums
+__device__ __forceinline__ void imma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ void mma_bf16_acc(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
@@ -1609,6 +1658,42 @@ __device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
         : "r"(int(p)), "l"(a));
 }
 
+// kOptInt8: token 0's x (T = 1) in integers for phase 0 (PH 0: p.x into p.xq), or act for phase 1
+// (PH 1: the K pairs' rows of act into p.actq), a warp per 32-value group j: s_j = max|x| / 127,
+// hi = rint(x / s_j), lo = rint((x / s_j - hi) * 254) (both in -127..127), so x = s_j (hi + lo / 254)
+// within s_j / 508, about 1.5e-5 of the group's largest |x| (bf16's rounding of x is 2^-9 of it).
+// Stored per group: 32 bytes of hi, then 32 of lo, each value at the byte the decoder's A fragment
+// wants it (Interleaved: kInt8Interleaved's order), then after all groups a float2 {s_j / 254, int
+// bits of 254 sum(hi) + sum(lo)} per group (the decoders' u8 bias comes off through it). Launched just
+// before the phase in its stream (launch_byte_stream); the phase is its programmatic dependent, which
+// lets the phase's blocks route and put their first weights in flight while this runs. PH 0 waits for
+// the kernel before it (FTW_CUDA_PDL0=1: the previous step) before phase 0 may start (phase 0 clears
+// out before it waits); PH 1 lets phase 1 start at once and waits for phase 0 (act). A non-finite x
+// gives no finite output.
+template <bool Interleaved, int PH>
+__global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
+    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
+    const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+    const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
+    if (gi >= ngroups) return;
+    const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
+    const float m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(x))));
+    const float t = m > 0.f ? x * (127.f / m) : 0.f;
+    const float th = rintf(t);
+    const int hi = int(th), lo = __float2int_rn((t - th) * 254.f);
+    const int sum = 254 * __reduce_add_sync(0xffffffffu, hi) + __reduce_add_sync(0xffffffffu, lo);
+    // Interleaved: value v = 16 n + 4 s + r (n: the nibble, s: the word, r: the byte in it) at byte
+    // 16 (r / 2) + 4 s + 2 (r % 2) + n
+    const int pos = Interleaved ? 16 * ((v >> 1) & 1) + 4 * ((v >> 2) & 3) + 2 * (v & 1) + (v >> 4) : v;
+    uint8_t* const xq = PH == 0 ? p.xq : p.actq;
+    uint8_t* q = xq + int64_t(gi) * 64;
+    q[pos] = uint8_t(int8_t(hi));
+    q[32 + pos] = uint8_t(int8_t(lo));
+    if (v == 0) reinterpret_cast<float2*>(xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
+}
+
 // Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
 // splits down's items between blocks: each part adds its share of the dot product).
 template <class Dec>
@@ -1649,6 +1734,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool BC = (OPT & kOptByteCols) != 0;  // (byte streams: UC's layout for their units)
     static_assert(!BC || (BS && ByteCols<Dec>::value && V == 32 && TR == 1),
                   "byte-stream unit columns: a byte-stream decoder with the interface");
+    constexpr bool I8 = (OPT & kOptInt8) != 0;  // (the units as integers, x or act from quantize_int8)
+    static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC),
+                  "int8 units: a byte-stream decoder with the interface");
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1660,7 +1748,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
-    if (PH == 0) phase0_wait();
+    if (PH == 0 && !I8) phase0_wait();  // (I8: a dependent of quantize_int8, which waited; see below)
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -1916,6 +2004,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         __syncthreads();
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
+    // I8: quantize_int8 complete (p.xq); every kernel before it was complete when it started
+    if (PH == 0 && I8) asm volatile("griddepcontrol.wait;" ::: "memory");
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -1932,7 +2022,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
-        } else if (g < count) {
+        } else if (!I8 && g < count) {
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
@@ -1957,6 +2047,16 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         // LEAN: the item's chunks this warp computes, as one count (0: none, or the slot is bad)
         const int nv = count > 0 ? max(0, min(cpw, nchunks - c0)) : 0;
         float acc[TR][4] = {};  // per 16-row tile of the stage
+        // I8: the B lanes (2 tig + e, tig) read unit u's x, hi (e = 0) or lo, at xq8 + 4 u (phase 1:
+        // the item's pair's act groups); the others keep zeros; every lane its float2 at xmeta + u
+        const uint4* xq8 = nullptr;
+        const float2* xmeta = nullptr;
+        if constexpr (I8) {
+            const int gb = PH == 0 || count == 0 ? 0 : rt.pairs[dx][0] * nunits;  // the item's first group
+            const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
+            xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
+            if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
+        }
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -1974,6 +2074,38 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
                             const int uj = c * 8 + tig + 4 * j;
+                            if constexpr (I8) {
+                                // the unit as integers, rows g and g + 8 into the A fragment; columns
+                                // 2 tig (x hi) and 2 tig + 1 (x lo) sum it alone
+                                const int ux = min(uj, nunits - 1);  // a unit past the row: zero weights
+                                uint4 xb0 = make_uint4(0, 0, 0, 0), xb1 = make_uint4(0, 0, 0, 0);
+                                if (xq8 != nullptr) xb0 = __ldg(xq8 + 4 * ux), xb1 = __ldg(xq8 + 4 * ux + 1);  // B words b0, b1
+                                const float2 xm = __ldg(xmeta + ux);
+                                const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                                const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                                uint32_t a[2][8];
+                                float us[2];
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    if (decltype(full)::value || uj < nunits) {
+                                        const uint8_t* b = sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u);
+                                        us[h] = Dec::decode_int8(b, tig + 4 * j, a[h]);
+                                    } else {
+                                        us[h] = 0.f;
+#pragma unroll
+                                        for (int k = 0; k < 8; ++k) a[h][k] = 0u;
+                                    }
+                                }
+                                int sum[4] = {0, 0, 0, 0};
+                                imma_u8s8(sum, a[0][0], a[1][0], a[0][1], a[1][1], xb0.x, xb1.x);
+                                imma_u8s8(sum, a[0][2], a[1][2], a[0][3], a[1][3], xb0.y, xb1.y);
+                                imma_u8s8(sum, a[0][4], a[1][4], a[0][5], a[1][5], xb0.z, xb1.z);
+                                imma_u8s8(sum, a[0][6], a[1][6], a[0][7], a[1][7], xb0.w, xb1.w);
+                                const int off = Dec::kInt8Offset * __float_as_int(xm.y);
+                                acc[0][0] = fmaf(float(254 * sum[0] + sum[1] - off), us[0] * xm.x, acc[0][0]);
+                                acc[0][2] = fmaf(float(254 * sum[2] + sum[3] - off), us[1] * xm.x, acc[0][2]);
+                                continue;
+                            }
                             if (UC && UG == 2 && xrow != nullptr) {
                                 // two groups, two columns: lane g = 2 tig loads the unit's first
                                 // group's x, g = 2 tig + 1 its second; the other half of xv stays
@@ -2191,8 +2323,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 }
             }
         }
-        // UC, BC: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
-        if constexpr (UC || BC) {
+        // UC, BC, I8: the row sums of the quad's units (every lane then holds them, for any pair q at T = 1)
+        if constexpr (UC || BC || I8) {
 #pragma unroll
             for (int tt = 0; tt < TR; ++tt) {
                 float v0 = acc[tt][0] + acc[tt][1], v1 = acc[tt][2] + acc[tt][3];
@@ -2697,8 +2829,10 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
-    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream,
-                  PH == 1 ? programmatic_launch() : phase0_programmatic(), p, nbands, sh.cpw, nparts);  // overlaps phase 0's tail
+    // phase 1 overlaps phase 0's tail; an int8 phase 0 (kOptInt8) the quantizing of x before it
+    const bool programmatic = PH == 1 || (OPT & kOptInt8) != 0 ? programmatic_launch() : phase0_programmatic();
+    launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream, programmatic, p,
+                  nbands, sh.cpw, nparts);
 }
 
 // The staged kernel of 16-byte-unit rows at OPT, with kOptScale2 for decoders with a decode_v1
@@ -2894,8 +3028,9 @@ bool staged_lanes16(const KernelParams& p) {
 }
 
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
-// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptByteCols where
-// the decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
+// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
+// decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
+// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
@@ -2909,6 +3044,15 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
                     return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptLaneCols>(p, stream), true;
                 }
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
+        }
+    }
+    if constexpr (Int8Cols<Dec>::value) {  // T = 1 where the decoder says (kOptInt8): x or act quantized first
+        if (stages == 2 && Dec::int8(p, PH)) {
+            const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+            launch_kernel(quantize_int8<Int8Interleaved<Dec>::value, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
+                          PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
+            check_launch("int8 x kernel");
+            return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8>(p, stream), true;
         }
     }
     if constexpr (ByteCols<Dec>::value) {  // T = 1 where the decoder says (kOptByteCols)

@@ -127,11 +127,12 @@ def _from_numpy(a) -> torch.Tensor:
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def workspace(T: int, K: int, I: int, E: int, device: torch.device) -> torch.Tensor:  # noqa: E741
+def workspace(T: int, K: int, I: int, E: int, device: torch.device, H: int = 0) -> torch.Tensor:  # noqa: E741
     """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks), one per
     device: calls on one stream may share it; callers running layers on several streams at once,
-    or capturing CUDA graphs, pass their own `ws` and keep it alive."""
-    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E))
+    or capturing CUDA graphs, pass their own `ws` and keep it alive. With H, also room for the
+    int8 x of gguf's int8 units at T = 1 (without it the kernels run without them)."""
+    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E, H))
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, 0)
     ws = _workspaces.get(key)
@@ -267,7 +268,7 @@ def experts_forward(
         raise FormatError(f"{where}out must be a contiguous float32 [{T}, {H}] tensor on {dev}")
     need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, view.num_experts))
     if ws is None:
-        ws = workspace(T, K, I, view.num_experts, dev)
+        ws = workspace(T, K, I, view.num_experts, dev, H)
     elif ws.numel() * ws.element_size() < need:
         raise FormatError(f"{where}workspace of {ws.numel() * ws.element_size()} bytes, needs {need}")
     bases, strides, bias_dtype, scale_dtype = _bank_args(view, H, I)

@@ -826,6 +826,35 @@ struct Iq4Values<kValueV1> {
     }
 };
 
+// The staged kernel's int8 unit (kOptInt8, T = 1: experts_decode_staged's IMMA m16n8k32 u8 x s8):
+// a 16-entry table of levels, each half (codes with bit 3 clear, lo; set, hi) of one sign, looked
+// up as level + 128 (u8; the kernel takes 128 times the x group's sum off the integer sums). Per
+// 16-bit half of a word of 4 nibble codes, two prmt and an IADD3: the lo half's magnitudes by the
+// codes as they are (a code with bit 3 set selects in prmt's sign mode: the sign of a byte below
+// 128, 0), the hi half's by the codes with bit 3 flipped (the lo codes then give 0), so one of the
+// two is 0 and 128 + pos - neg has no carry between bytes. Byte i of the result is the code of
+// nibble i: for the word of unit bytes 4 s .. 4 s + 3 (values 4 s + r low, 16 + 4 s + r high
+// nibbles), a0 holds values 4 s, 16 + 4 s, 4 s + 1, 17 + 4 s and a2 4 s + 2, 18 + 4 s, 4 s + 3,
+// 19 + 4 s: the x order kInt8Interleaved names (the kernel's quantize_int8 stores x so).
+// Tables generated from the gguf package (gen_tables.py: *_i8_{lo,hi}_word*, *_i8_lo_negative).
+template <uint32_t L0, uint32_t L1, uint32_t H0, uint32_t H1, bool LoNegative>
+__device__ __forceinline__ void nibbles_u8(uint32_t w, uint32_t& a0, uint32_t& a2) {
+    const uint32_t wx = w ^ 0x88888888u;
+    auto half = [](uint32_t c, uint32_t cx) {
+        const uint32_t lo = prmt(L0, L1, c), hi = prmt(H0, H1, cx);
+        return LoNegative ? hi + 0x80808080u - lo : lo + 0x80808080u - hi;
+    };
+    a0 = half(w, wx);
+    a2 = half(w >> 16, wx >> 16);
+}
+// the four words of a unit's 16 nibble bytes into the 8 A words of its 4 IMMA (a[2 s], a[2 s + 1])
+__device__ __forceinline__ void iq4nl_u8(const uint32_t (&q)[4], uint32_t (&a)[8]) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+                   tb::iq4nl_i8_lo_negative>(q[s], a[2 * s], a[2 * s + 1]);
+}
+
 // The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
 // (d, dmin, scales[12]), as k4_scale_min: bytes j % 4 of the three scale words shifted down once,
 // both forms computed and one selected (12 instructions where selecting a word per byte read took
@@ -1052,6 +1081,18 @@ struct Fast<Q4_0> : Block18 {
         }
         return d;
     }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8, FTW_GGUF_CUDA_INT8): q as u8 (q - 8's 8
+    // times the x group's sum taken off the integer sums), values 4 s .. 4 s + 3 (low nibbles of
+    // word s) in a[2 s], 16 + 4 s .. (high) in a[2 s + 1]: x in its natural order
+    static constexpr bool kInt8 = true, kInt8Interleaved = false, kInt8Default = true;
+    static constexpr int kInt8Offset = 8;
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) a[2 * s] = q[s] & 0x0F0F0F0Fu, a[2 * s + 1] = (q[s] >> 4) & 0x0F0F0F0Fu;
+        return d;
+    }
 };
 
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
@@ -1067,6 +1108,16 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         uint32_t q[4];
         const float d = split(raw, q);
         Iq4Values<F>::values(q, d, w);
+    }
+    // the staged kernel's int8 unit at T = 1 (kOptInt8): the levels + 128 (iq4nl_u8), d over the
+    // decode's post (2^62 in kValueV1) on the integer sums
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
+    static constexpr int kInt8Offset = 128;
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        uint32_t q[4];
+        const float d = split(raw, q);
+        iq4nl_u8(q, a);
+        return F == kValueV1 ? d * (1.f / kTwo62) : d;
     }
 };
 template <>
@@ -1128,6 +1179,23 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
         static_assert(kUnitColsX == 57, "2^(e - 127 - 62 + 126 - 57)");
         return __uint_as_float((min(e[0] & 0xFFu, 247u) + 7u) << 23);
     }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8): e2m1 doubled (mxfp4_values: 0, 1, 2, 3, 4,
+    // 6, 8, 12 and their negatives) + 128 by nibbles_u8; the scale 2^(e - 128) over the post 2^62,
+    // 2^(e - 190) (0 for e < 64, weights below 2^-64; exact above)
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
+    static constexpr int kInt8Offset = 128;
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        uint32_t v[6], e[1], q[4];
+        span_words(raw.s, v);
+        bytes_at<1, 7, true>(v, raw.o, e);
+        bytes_at<4, 8, true>(v, raw.o + 1, q);
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            nibbles_u8<tb::mxfp4_i8_lo_word0, tb::mxfp4_i8_lo_word1, tb::mxfp4_i8_hi_word0, tb::mxfp4_i8_hi_word1,
+                       tb::mxfp4_i8_lo_negative>(q[s], a[2 * s], a[2 * s + 1]);
+        const uint32_t ex = e[0] & 0xFFu;
+        return ex >= 64u ? __uint_as_float((ex - 63u) << 23) : 0.f;
+    }
     // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
 #pragma unroll
@@ -1172,6 +1240,18 @@ struct Iq4XsFast : Iq4Values<F> {
         const float dl = d * float(ls - 32);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         Iq4Values<F>::values(q, dl, w);
+    }
+    // the staged kernel's int8 unit at T = 1 (kOptInt8), as IQ4_NL's with the sub-block's d * (ls - 32)
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
+    static constexpr int kInt8Offset = 128;
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        const int j = int(raw.j);
+        const float d = half_bits(raw.head.x);
+        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
+        const float dl = d * float(ls - 32);
+        const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
+        iq4nl_u8(q, a);
+        return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
     }
 };
 template <>
@@ -2557,6 +2637,32 @@ bool byte_cols_forced(const KernelParams& p) {
     return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") && byte_cols_for<T>(p);
 }
 
+// Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS) at T = 1, with x (phase 0) or act (phase 1) quantized
+// per 32-value group into the workspace first (quantize_int8); the phase then decodes staged also
+// where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it,
+// =gate_up / =down in that phase only, =0 never; unset where Fast<T>::kInt8Default says and the phase
+// has many items (staged_for_items: at least FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when
+// every token picks the same experts). As measured on the H200 (docs/BENCHMARKS.md "I8"; T = 1, x the
+// ceiling, both phases against the defaults before, one run): deepseek-v3 (both phases many items)
+// Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 -> 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b
+// (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 -> 0.32, 0.38 -> 0.34 (read at every launch)
+FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+inline bool staged_for_items(const KernelParams& p, int phase);
+inline bool int8_asked(int phase) {
+    return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
+}
+template <class T>
+bool int8_for(const KernelParams& p, int phase) {
+    if constexpr (!Int8Cols<Fast<T>>::value) {
+        return false;
+    } else {
+        if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
+        if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        return Int8Default<Fast<T>>::value && staged_for_items(p, phase);
+    }
+}
+
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
 // a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
@@ -2588,6 +2694,15 @@ struct StagedRows {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
+    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
+    // says for the phase
+    static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value;
+    static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
+    static constexpr int kInt8Offset = Int8Offset<F>::value;
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        return F::decode_int8(F::template load<M>(b, k), a);
+    }
+    static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)

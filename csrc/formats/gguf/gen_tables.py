@@ -89,6 +89,21 @@ def header() -> str:
     out.append("// iq4nl_values[q] + 128 as byte q % 4 of word q / 4 (little-endian)")
     for i, w in enumerate(biased.astype(np.uint8).view("<u4")):
         out.append(f"inline constexpr uint32_t iq4nl_biased_word{i} = 0x{int(w):08X}u;")
+    # the int8 lookups of the staged kernel's kOptInt8 (decoders.cuh, nibbles_u8): each table's half
+    # whose codes have bit 3 clear (lo) and the half with it set (hi) as magnitudes (0..127, so a
+    # prmt selector with bit 3 set gives 0, the sign of a byte below 128), four to a word, and which
+    # half is the negative one (each half must be of one sign: IQ4_NL's lo, MXFP4's hi)
+    for tname, values in (("iq4nl", quants.IQ4_NL.kvalues), ("mxfp4", quants.MXFP4.kvalues)):
+        v = np.array(values, dtype=np.int16)
+        lo, hi = v[:8], v[8:]
+        lo_negative = bool((lo <= 0).all() and (hi >= 0).all())
+        assert lo_negative or ((lo >= 0).all() and (hi <= 0).all()), f"{tname}: a half of mixed signs"
+        assert np.abs(v).max() <= 127
+        out.append(f"// |{tname}_values[q]| for q < 8 (lo) and q >= 8 (hi), byte q % 4 of word (q % 8) / 4")
+        for part, half in (("lo", lo), ("hi", hi)):
+            for i, w in enumerate(np.abs(half).astype(np.uint8).view("<u4")):
+                out.append(f"inline constexpr uint32_t {tname}_i8_{part}_word{i} = 0x{int(w):08X}u;")
+        out.append(f"inline constexpr bool {tname}_i8_lo_negative = {'true' if lo_negative else 'false'};")
     out.append("")
     for cname, cls in GRIDS.items():
         g = grid_values(cls)
