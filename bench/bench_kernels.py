@@ -486,7 +486,7 @@ def bench_prefill(view, H, I, E, dev, T=2048) -> dict:  # noqa: E741
     x = torch.randn((T, H), dtype=torch.bfloat16, device=dev)
     wts = torch.rand((T, K), device=dev)
     out = torch.empty((T, H), dtype=torch.float32, device=dev)
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device=dev)
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device=dev)
     t = eager_time(lambda: ce.experts_forward(view, x, ids, wts, "silu", out=out, ws=ws, check=False), 5)
     flops = 2.0 * T * K * 3 * H * I
     return {"T": T, "ms": t * 1e3, "TFLOPs": flops / t / 1e12}

@@ -47,7 +47,7 @@ def forward(fmt="nvfp4", H=256, I=128, E=8, S=8, T=1, K=2, bases=None, rows=None
             act="silu", ws_bytes=None, block=(128, 128), scale="f32", bias="bf16", ggml_types=()):
     if bases is None:
         bases, rows, _ = layer(fmt, H, I, options, biases=fmt == "mxfp4")
-    ws = rt.cuda_experts_workspace_bytes(T, K, I, E) if ws_bytes is None else ws_bytes
+    ws = rt.cuda_experts_workspace_bytes(T, K, I, E, H) if ws_bytes is None else ws_bytes
     rt.cuda_experts_forward(fmt, bases, rows, BASE, E, S, H, I, T, K, BASE, BASE, BASE, BASE, BASE, ws,
                             act, 1.702, 7.0, block[0], block[1], scale, bias, 0, list(ggml_types))
 

@@ -316,7 +316,7 @@ def test_decode_step_in_a_cuda_graph():
     ids = torch.zeros((T, K), dtype=torch.int32, device="cuda")
     wts = torch.zeros((T, K), dtype=torch.float32, device="cuda")
     out = torch.empty((T, H), dtype=torch.float32, device="cuda")
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device="cuda")
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
     ids.copy_(torch.from_numpy(routing(T, K, E, rng)[0]))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -47,7 +47,7 @@ def run_steps(name, T, graph, seed):
         ids, wts = routing(T, K, E, rng)
         steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
                       torch.full((T, H), float("nan"), dtype=torch.float32, device="cuda")))
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E), dtype=torch.uint8, device="cuda")
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
 
     def launch():
         for x, _, _, _, ids_d, wts_d, out in steps:

@@ -66,9 +66,9 @@ FTW_BINDINGS(cuda_experts) {
             no_cuda();
 #endif
         },
-        "T"_a, "K"_a, "I"_a, "num_experts"_a, "H"_a = 0,
-        "Device workspace bytes one experts_forward call needs (with H: also room for phase 0's int8 x "
-        "at T = 1, which gguf's int8 units need; without it they are not used).");
+        "T"_a, "K"_a, "I"_a, "num_experts"_a, "H"_a,
+        "Device workspace bytes one experts_forward call of a layer of width H needs (at T = 1 with "
+        "room for the int8 x and activations of gguf's int8 units).");
 
     m.def(
         "cuda_decode_ksplit",

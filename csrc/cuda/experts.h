@@ -30,7 +30,7 @@ struct ActivationSpec {
 struct ExpertsProblem {
     int H = 0, I = 0, T = 0, K = 0;
     uintptr_t x = 0, topk_ids = 0, topk_weights = 0, out = 0;
-    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E) bytes
+    uintptr_t workspace = 0;  // device memory of workspace_bytes(T, K, I, E, H) bytes
     int64_t workspace_bytes = 0;
     int num_slots = 0;  // slots in the pool: slot_of_expert entries must be in [0, num_slots)
 };
@@ -44,9 +44,9 @@ struct FormatOptions {
 };
 
 // Device bytes the forward needs for its routing tables and the activations between gate_up
-// and down (bf16 [T*K, I]); with H > 0 also, at T = 1, token 0's x in integers for the int8 units
-// of phase 0 (gguf's kOptInt8: a workspace without that room runs without them).
-int64_t workspace_bytes(int T, int K, int I, int num_experts, int H = 0);
+// and down (bf16 [T*K, I]); at T = 1 also token 0's x and the activations in integers for gguf's
+// int8 units (kOptInt8; x of width H).
+int64_t workspace_bytes(int T, int K, int I, int num_experts, int H);
 
 // Checks everything it can without reading device memory (format name, bank row sizes and
 // alignment, shapes, options) and throws ShapeError / FormatError / UnsupportedError before any

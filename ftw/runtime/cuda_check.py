@@ -39,7 +39,7 @@ def _forward(rt, torch, fmt, view, num_slots, dtypes, H, I, x, ids, w, activatio
     ids_t = torch.from_numpy(ids.astype(np.int32)).to(dev)
     w_t = torch.from_numpy(w.astype(np.float32)).to(dev)
     out = torch.zeros((T, H), dtype=torch.float32, device=dev)
-    ws = workspace(T, K, I, view.num_experts, dev, H)
+    ws = workspace(T, K, I, view.num_experts, H, dev)
     kind, alpha, limit = _activation(activation)
     bo, bi = fmt.options.get("block_size", [128, 128]) if fmt.name == "fp8_block" else (128, 128)
     rt.cuda_experts_forward(

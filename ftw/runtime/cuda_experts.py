@@ -127,11 +127,11 @@ def _from_numpy(a) -> torch.Tensor:
 _workspaces: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def workspace(T: int, K: int, I: int, E: int, device: torch.device, H: int = 0) -> torch.Tensor:  # noqa: E741
+def workspace(T: int, K: int, I: int, E: int, H: int, device: torch.device) -> torch.Tensor:  # noqa: E741
     """A cached device workspace big enough for (T, K, I, E) (grows, never shrinks), one per
     device: calls on one stream may share it; callers running layers on several streams at once,
-    or capturing CUDA graphs, pass their own `ws` and keep it alive. With H, also room for the
-    int8 x of gguf's int8 units at T = 1 (without it the kernels run without them)."""
+    or capturing CUDA graphs, pass their own `ws` and keep it alive (sized by
+    `cuda_experts_workspace_bytes(T, K, I, E, H)`)."""
     need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, E, H))
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, 0)
@@ -266,9 +266,9 @@ def experts_forward(
         out = torch.empty((T, H), dtype=torch.float32, device=dev)
     elif out.shape != (T, H) or out.dtype != torch.float32 or not out.is_contiguous() or out.device != dev:
         raise FormatError(f"{where}out must be a contiguous float32 [{T}, {H}] tensor on {dev}")
-    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, view.num_experts))
+    need = int(_runtime.cuda_experts_workspace_bytes(T, K, I, view.num_experts, H))
     if ws is None:
-        ws = workspace(T, K, I, view.num_experts, dev, H)
+        ws = workspace(T, K, I, view.num_experts, H, dev)
     elif ws.numel() * ws.element_size() < need:
         raise FormatError(f"{where}workspace of {ws.numel() * ws.element_size()} bytes, needs {need}")
     bases, strides, bias_dtype, scale_dtype = _bank_args(view, H, I)
