@@ -139,10 +139,11 @@ VARIANTS["gguf-staged-values-0"] = {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF
 # the scales on the float32 sums) or without them (=0: the decode before); the default takes them
 # where the staged kernel runs (Fast<T>::kByteColsDefault)
 VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("0", "1")})
-# gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with phase 0's int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1:
-# phase 0 staged also where the default is register-fed, x quantized per 32-value group into int8 hi
-# and lo planes before it, the units on mma m16n8k32 u8 x s8) or without them (=0)
-VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1")})
+# gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both
+# phases, =gate_up / =down one: staged also where the default is register-fed, x or act quantized per
+# 32-value group into int8 hi and lo planes before the phase, the units on mma m16n8k32 u8 x s8) or
+# without them (=0)
+VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gate_up", "down")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

@@ -587,12 +587,13 @@ def test_gguf_unit_columns_scales_far_apart(name, scales, cols, monkeypatch):
     assert err < REL_TOL, f"{name} {scales} {cols}: {err:.3g}"
 
 
-# Phase 0 at T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1: staged also where the type's
-# default is register-fed): x quantized per 32-value group to int8 hi and lo (x = s (hi + lo / 254),
-# within s / 508), the weights' exact integers on mma m16n8k32 u8 x s8, the scales on the int32 sums.
-# Each case runs with it and without (=0) on the same data: both within the tolerance, the int8 path
-# no less accurate than the bf16 one (phase 0 rounds no weight and x to about 1.5e-5 of its group's
-# largest value instead of bf16's 2^-9 of each value), and the outputs not identical (it ran).
+# T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both phases, =gate_up / =down one: staged also
+# where the type's default is register-fed): x (act) quantized per 32-value group to int8 hi and lo
+# (x = s (hi + lo / 254), within s / 508), the weights' exact integers on mma m16n8k32 u8 x s8, the
+# scales on the int32 sums. Each case runs every way and without (=0) on the same data: all within
+# the tolerance, the int8 ways no less accurate than the bf16 one (they round no weight, and x to
+# about 1.5e-5 of its group's largest value instead of bf16's 2^-9 of each value), and the outputs
+# not identical to it where a phase's type has int8 units (they ran).
 INT8 = ["Q4_0", "MXFP4", "IQ4_NL", "IQ4_XS"]
 # (H, I, E, K): one chunk per 256 values; Q4_0 / MXFP4 / IQ4_NL rows ending in a partial chunk (352 and
 # 160 values: a last chunk of 3 blocks, units past the row's end); several chunks over more items
@@ -609,14 +610,17 @@ def int8_pair(types, size, seed, monkeypatch, rows=None):
     ids, wts = routing(1, K, E, rng)
     ref = reference(opts, banks, H, I, x64, ids, wts)
     outs, errs = {}, {}
-    for v in ("0", "1"):
+    for v in ("0", "1", "gate_up", "down"):
         monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
         outs[v] = run(opts, banks, x, ids, wts)
         errs[v] = rel_err(outs[v], ref)
-    print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1: int8 {errs['1']:.2e}, bf16 {errs['0']:.2e}")
-    assert errs["1"] < REL_TOL, f"{types} {size} int8: {errs['1']:.3g}"
-    assert errs["1"] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {errs['1']:.3g} against bf16 {errs['0']:.3g}"
-    assert not torch.equal(outs["0"], outs["1"]), f"{types} {size}: the int8 path did not run"
+    print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
+          f"down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
+    for v in ("1", "gate_up", "down"):
+        assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
+        assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
+        if v != "down" or types[2] in INT8:
+            assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
 
 
 @pytest.mark.parametrize("size", list(INT8_SIZES))

@@ -26,9 +26,9 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
 // Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16
 // | with H > 0 and T = 1: xq, token 0's x in integers for phase 0's int8 units (KernelParams::xq:
-// H / 32 groups of 64 bytes and a float2 each)
+// H / 32 groups of 64 bytes and a float2 each) | actq, act so for phase 1's (K * I / 32 groups)
 struct Layout {
-    int64_t pairs_off, tiles_off, act_off, xq_off, total;
+    int64_t pairs_off, tiles_off, act_off, xq_off, actq_off, total;
 };
 
 Layout layout(int T, int K, int I, int E, int H = 0) {
@@ -38,7 +38,9 @@ Layout layout(int T, int K, int I, int E, int H = 0) {
     l.tiles_off = l.pairs_off + align256(P * 4);
     l.act_off = l.tiles_off + align256(int64_t(max_tiles(int(P), 16, E)) * 16);
     l.xq_off = l.act_off + align256(P * I * 2);
-    l.total = l.xq_off + (T == 1 && H > 0 ? align256(int64_t(H) / 32 * 72) : 0);
+    const bool q = T == 1 && H > 0;
+    l.actq_off = l.xq_off + (q ? align256(int64_t(H) / 32 * 72) : 0);
+    l.total = l.actq_off + (q ? align256(P * I / 32 * 72) : 0);
     return l;
 }
 
@@ -261,9 +263,11 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     kp.sorted_pairs = reinterpret_cast<int32_t*>(ws + l.pairs_off);
     kp.tiles = reinterpret_cast<int4*>(ws + l.tiles_off);
     kp.act = reinterpret_cast<__nv_bfloat16*>(ws + l.act_off);
-    // phase 0's int8 x where the workspace has room for it (workspace_bytes with H; else no int8 units)
+    // the int8 x and act where the workspace has room for them (workspace_bytes with H; else no int8 units)
     const Layout lx = layout(p.T, p.K, p.I, view.num_experts, p.H);
-    kp.xq = lx.total > l.total && p.workspace_bytes >= lx.total ? ws + lx.xq_off : nullptr;
+    const bool q = lx.total > l.total && p.workspace_bytes >= lx.total;
+    kp.xq = q ? ws + lx.xq_off : nullptr;
+    kp.actq = q ? ws + lx.actq_off : nullptr;
 
     if (act.kind != ActKind::Silu && act.kind != ActKind::SwigluOai)
         throw UnsupportedError(where + "unknown activation kind " + std::to_string(int(act.kind)));

@@ -57,10 +57,13 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
-    // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_x_int8 writes it
+    // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_int8 writes it
     // before phase 0): [H / 32] groups of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order),
     // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}; null where T > 1
     uint8_t* xq;
+    // T = 1: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [K * I / 32]
+    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2; null where T > 1
+    uint8_t* actq;
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -1021,11 +1024,11 @@ constexpr int kOptByteCols = 32768;
 //                  summed per item as kOptLaneBlocks'. SASS per chunk (phase 0): Q6_K 522 -> 360,
 //                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
-//   kOptInt8       T = 1, phase 0, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
+//   kOptInt8       T = 1, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
 //                  IQ4_NL, IQ4_XS: kInt8, decode_int8): each weight is a small integer times its
 //                  unit's scale, so the units go to mma.m16n8k32 u8 x s8 (s32 sums) as integers and x
-//                  as two int8 planes per 32-value group j (quantize_x_int8, a launch before phase 0
-//                  that phase 0 waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'
+//                  as two int8 planes per 32-value group j (quantize_int8, a launch before the phase
+//                  that the phase waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'
 //                  layout: lane (g, tig) decodes its unit tig + 4 j of rows g and g + 8 into the A
 //                  fragment (a0 / a2: row g, k 4 tig .. and 16 + 4 tig ..; a1 / a3 row g + 8), the B
 //                  lane (2 tig, tig) gives the group's hi, (2 tig + 1, tig) its lo, every other lane
@@ -1039,7 +1042,7 @@ constexpr int kOptInt8 = 65536;
 //                  the int8 lane interface (gguf Q4_K, Q5_K: kInt8Sums): every weight is d sc q -
 //                  dmin m with q an exact integer (0..15, 0..31), so lane tig's sub-blocks 2 tig + e
 //                  (the lane-blocks assignment) go to mma.m16n8k32 u8 x s8 as their q against x's
-//                  32-value group of each (kOptInt8's quantize_x_int8, non-interleaved): the B lanes
+//                  32-value group of each (kOptInt8's quantize_int8, non-interleaved): the B lanes
 //                  (2 tig, tig) give the group's hi, (2 tig + 1, tig) its lo, so columns 2 tig and
 //                  2 tig + 1 sum lane tig's sub-block alone: 4 IMMA per sub-block for both rows (the
 //                  lane-cols body's bf16 mma: 8 and 4 for the sums of x); then per row and sub-block
@@ -1096,7 +1099,7 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 //                                       and a[2 s + 1] 16 + 4 s ..; true, a[2 s] values 4 s, 16 + 4 s,
 //                                       4 s + 1, 17 + 4 s and a[2 s + 1] 4 s + 2, 18 + 4 s, 4 s + 3,
 //                                       19 + 4 s (the nibble order of a unit's word s: gguf's tables)
-//   static bool int8(p)                 (host) whether phase 0 of a launch takes kOptInt8 (T = 1 only)
+//   static bool int8(p, phase)          (host) whether the phase of a launch takes kOptInt8 (T = 1 only)
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
@@ -1104,7 +1107,7 @@ FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
 //                                       i even, of k 16 + 4 tig .. for i odd: each step's B words are
-//                                       8 consecutive bytes of x's group, as quantize_x_int8 stores it
+//                                       8 consecutive bytes of x's group, as quantize_int8 stores it
 //                                       non-interleaved), each value q or q times a power of 2
 //   lane_scale_min(h, e, s, m)          sub-block 2 tig + e's d sc (over decode_lane_int8's power of 2)
 //                                       and dmin m (h: lane_head's; e a constant after unrolling), each
@@ -1530,7 +1533,7 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // chunk (xq8: the chunk's first group, plane h; null in every other lane, which keeps zeros), so
 // S[e]'s columns 2 tig and 2 tig + 1 are sub-block 2 tig + e's sums against hi and lo, and I = 254 S_hi
 // + S_lo = sum q (254 hi + lo) exactly, in int32 (|I| < 2^25), with x = (s / 254) (254 hi + lo). With
-// xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) + sum(lo)} (quantize_x_int8), the
+// xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) + sum(lo)} (quantize_int8), the
 // sub-block's share of a row's dot is (s / 254) (d sc I - dmin m X): an IMAD, an I2F, an FMUL and two
 // FFMA per row and sub-block. The quad's lanes are summed once per item (kOptLaneBlocks' shuffles).
 template <class Dec>
@@ -1721,21 +1724,27 @@ __device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
         : "r"(int(p)), "l"(a));
 }
 
-// kOptInt8: token 0's x (T = 1) in integers for phase 0, a warp per 32-value group j: s_j = max|x| / 127,
+// kOptInt8: token 0's x (T = 1) in integers for phase 0 (PH 0: p.x into p.xq), or act for phase 1
+// (PH 1: the K pairs' rows of act into p.actq), a warp per 32-value group j: s_j = max|x| / 127,
 // hi = rint(x / s_j), lo = rint((x / s_j - hi) * 254) (both in -127..127), so x = s_j (hi + lo / 254)
 // within s_j / 508, about 1.5e-5 of the group's largest |x| (bf16's rounding of x is 2^-9 of it).
 // Stored per group: 32 bytes of hi, then 32 of lo, each value at the byte the decoder's A fragment
 // wants it (Interleaved: kInt8Interleaved's order), then after all groups a float2 {s_j / 254, int
 // bits of 254 sum(hi) + sum(lo)} per group (the decoders' u8 bias comes off through it). Launched just
-// before phase 0 in its stream; phase 0 is its programmatic dependent (launch_int8), which lets it
-// route and put its first weights in flight while this runs. A non-finite x gives no finite output.
-template <bool Interleaved>
-__global__ void __launch_bounds__(128) quantize_x_int8(const KernelParams p) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
+// before the phase in its stream (launch_byte_stream); the phase is its programmatic dependent, which
+// lets the phase's blocks route and put their first weights in flight while this runs. PH 0 waits for
+// the kernel before it (FTW_CUDA_PDL0=1: the previous step) before phase 0 may start (phase 0 clears
+// out before it waits); PH 1 lets phase 1 start at once and waits for phase 0 (act). A non-finite x
+// gives no finite output.
+template <bool Interleaved, int PH>
+__global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
+    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const int ngroups = p.H / 32, gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
+    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
+    const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+    const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
     if (gi >= ngroups) return;
-    const float x = __bfloat162float(p.x[int64_t(gi) * 32 + v]);
+    const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
     const float m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(x))));
     const float t = m > 0.f ? x * (127.f / m) : 0.f;
     const float th = rintf(t);
@@ -1744,10 +1753,11 @@ __global__ void __launch_bounds__(128) quantize_x_int8(const KernelParams p) {
     // Interleaved: value v = 16 n + 4 s + r (n: the nibble, s: the word, r: the byte in it) at byte
     // 16 (r / 2) + 4 s + 2 (r % 2) + n
     const int pos = Interleaved ? 16 * ((v >> 1) & 1) + 4 * ((v >> 2) & 3) + 2 * (v & 1) + (v >> 4) : v;
-    uint8_t* q = p.xq + int64_t(gi) * 64;
+    uint8_t* const xq = PH == 0 ? p.xq : p.actq;
+    uint8_t* q = xq + int64_t(gi) * 64;
     q[pos] = uint8_t(int8_t(hi));
     q[32 + pos] = uint8_t(int8_t(lo));
-    if (v == 0) reinterpret_cast<float2*>(p.xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
+    if (v == 0) reinterpret_cast<float2*>(xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
 }
 
 // Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
@@ -1790,13 +1800,13 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool BC = (OPT & kOptByteCols) != 0;  // (byte streams: UC's layout for their units)
     static_assert(!BC || (BS && ByteCols<Dec>::value && V == 32 && TR == 1),
                   "byte-stream unit columns: a byte-stream decoder with the interface");
-    constexpr bool I8 = (OPT & kOptInt8) != 0;  // (phase 0's units as integers, x from quantize_x_int8)
-    static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && PH == 0 && !BC),
-                  "int8 units: phase 0 of a byte-stream decoder with the interface");
+    constexpr bool I8 = (OPT & kOptInt8) != 0;  // (the units as integers, x or act from quantize_int8)
+    static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC),
+                  "int8 units: a byte-stream decoder with the interface");
     constexpr bool I8S = (OPT & kOptInt8Sums) != 0;  // (phase 0's sub-blocks as integers, x as for I8)
     static_assert(!I8S || (BS && Int8Sums<Dec>::value && TR == 1 && PH == 0 && !I8 && (OPT & kOptLaneBlocks) != 0),
                   "int8 sub-block sums: phase 0 of a lane-blocks decoder with the interface");
-    constexpr bool XQ = I8 || I8S;  // (phase 0 reads x from quantize_x_int8's p.xq)
+    constexpr bool XQ = I8 || I8S;  // (x or act from quantize_int8)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1808,7 +1818,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
-    if (PH == 0 && !XQ) phase0_wait();  // (XQ: a dependent of quantize_x_int8, which waited; see below)
+    if (PH == 0 && !XQ) phase0_wait();  // (XQ: a dependent of quantize_int8, which waited; see below)
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -2064,8 +2074,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         __syncthreads();
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
-    // XQ: quantize_x_int8 complete (p.xq); every kernel before it was complete when it started
-    if (XQ) asm volatile("griddepcontrol.wait;" ::: "memory");
+    // XQ: quantize_int8 complete (p.xq); every kernel before it was complete when it started
+    if (PH == 0 && XQ) asm volatile("griddepcontrol.wait;" ::: "memory");
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -2107,11 +2117,18 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         // LEAN: the item's chunks this warp computes, as one count (0: none, or the slot is bad)
         const int nv = count > 0 ? max(0, min(cpw, nchunks - c0)) : 0;
         float acc[TR][4] = {};  // per 16-row tile of the stage
-        // I8: the B lanes (2 tig + e, tig) read group u's x, hi (e = 0) or lo, at xq8 + 4 u; the others
-        // keep zeros
-        // (I8S: the same lanes and planes; the groups staged_sub_block_int8 says)
+        // I8: the B lanes (2 tig + e, tig) read unit u's x, hi (e = 0) or lo, at xq8 + 4 u (phase 1:
+        // the item's pair's act groups); the others keep zeros; every lane its float2 at xmeta + u
         const uint4* xq8 = nullptr;
-        if constexpr (XQ)
+        const float2* xmeta = nullptr;
+        if constexpr (I8) {
+            const int gb = PH == 0 || count == 0 ? 0 : rt.pairs[dx][0] * nunits;  // the item's first group
+            const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
+            xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
+            if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
+        }
+        // I8S: the same B lanes and planes of phase 0's x (the groups staged_sub_block_int8 says)
+        if constexpr (I8S)
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(p.xq) + 2 * (g & 1);
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
@@ -2136,7 +2153,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 const int ux = min(uj, nunits - 1);  // a unit past the row: zero weights
                                 uint4 xb0 = make_uint4(0, 0, 0, 0), xb1 = make_uint4(0, 0, 0, 0);
                                 if (xq8 != nullptr) xb0 = __ldg(xq8 + 4 * ux), xb1 = __ldg(xq8 + 4 * ux + 1);  // B words b0, b1
-                                const float2 xm = __ldg(reinterpret_cast<const float2*>(p.xq + int64_t(nunits) * 64) + ux);
+                                const float2 xm = __ldg(xmeta + ux);
                                 const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                                 const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                                 uint32_t a[2][8];
@@ -3084,8 +3101,8 @@ bool staged_lanes16(const KernelParams& p) {
 }
 
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
-// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; phase 0's kOptInt8
-// where the decoder's int8 says, at 2 stages, after quantize_x_int8; kOptByteCols where the
+// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
+// decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
 // decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
@@ -3094,8 +3111,8 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
     if constexpr (kSums32<Dec>) {
         // phase 0 at T = 1 where the decoder's int8 says (kOptInt8Sums, Q4_K / Q5_K): x quantized first
         if constexpr (Int8Sums<Dec>::value && LaneBlocks<Dec>::value && PH == 0 && (OPT & kOptWholeCopy) != 0) {
-            if (stages == 2 && Dec::int8(p)) {
-                launch_kernel(quantize_x_int8<false>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
+            if (stages == 2 && Dec::int8(p, PH)) {
+                launch_kernel(quantize_int8<false, 0>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
                 check_launch("int8 x kernel");
                 return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums>(p, stream), true;
             }
@@ -3110,10 +3127,11 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
         }
     }
-    if constexpr (Int8Cols<Dec>::value && PH == 0) {  // T = 1 where the decoder says (kOptInt8): x quantized first
-        if (stages == 2 && Dec::int8(p)) {
-            launch_kernel(quantize_x_int8<Int8Interleaved<Dec>::value>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream,
-                          phase0_programmatic(), p);
+    if constexpr (Int8Cols<Dec>::value) {  // T = 1 where the decoder says (kOptInt8): x or act quantized first
+        if (stages == 2 && Dec::int8(p, PH)) {
+            const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+            launch_kernel(quantize_int8<Int8Interleaved<Dec>::value, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
+                          PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
             check_launch("int8 x kernel");
             return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8>(p, stream), true;
         }

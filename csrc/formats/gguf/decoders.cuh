@@ -835,7 +835,7 @@ struct Iq4Values<kValueV1> {
 // two is 0 and 128 + pos - neg has no carry between bytes. Byte i of the result is the code of
 // nibble i: for the word of unit bytes 4 s .. 4 s + 3 (values 4 s + r low, 16 + 4 s + r high
 // nibbles), a0 holds values 4 s, 16 + 4 s, 4 s + 1, 17 + 4 s and a2 4 s + 2, 18 + 4 s, 4 s + 3,
-// 19 + 4 s: the x order kInt8Interleaved names (the kernel's quantize_x_int8 stores x so).
+// 19 + 4 s: the x order kInt8Interleaved names (the kernel's quantize_int8 stores x so).
 // Tables generated from the gguf package (gen_tables.py: *_i8_{lo,hi}_word*, *_i8_lo_negative).
 template <uint32_t L0, uint32_t L1, uint32_t H0, uint32_t H1, bool LoNegative>
 __device__ __forceinline__ void nibbles_u8(uint32_t w, uint32_t& a0, uint32_t& a2) {
@@ -2687,25 +2687,31 @@ bool byte_cols_forced(const KernelParams& p) {
     return env_is("FTW_GGUF_CUDA_UNITCOLS", "1") && byte_cols_for<T>(p);
 }
 
-// Whether the staged kernel's phase 0 decodes rows of type T as int8 units on the IMMA (kOptInt8:
-// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; kOptInt8Sums: Fast<T>::kInt8Sums, Q4_K, Q5_K, their
-// sub-blocks in the lane-blocks assignment) at T = 1, with x quantized per 32-value group into
-// the workspace (quantize_x_int8): FTW_GGUF_CUDA_INT8=1 wherever T has it (and then phase 0 decodes
-// staged at T = 1 also where it would not: int8_forced, launch_typed), =0 never, unset where
-// Fast<T>::kInt8Default says (read at every launch)
+// Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
+// Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment) at T = 1, with x (phase 0) or act
+// (phase 1) quantized per 32-value group into the workspace first (quantize_int8):
+// FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it, =gate_up / =down in that phase only (and
+// then the phase decodes staged at T = 1 also where it would not: int8_forced, launch_typed), =0
+// never, unset where Fast<T>::kInt8Default says (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+inline bool int8_asked(int phase) {
+    return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
+}
 template <class T>
-bool int8_for(const KernelParams& p) {
+bool int8_for(const KernelParams& p, int phase) {
     if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value) {
         return false;
     } else {
-        if (p.T != 1 || p.xq == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
-        return env_is("FTW_GGUF_CUDA_INT8", "1") || Int8Default<Fast<T>>::value;
+        if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
+        if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
+        if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        return Int8Default<Fast<T>>::value;
     }
 }
 template <class T>
 bool int8_forced(const KernelParams& p, int phase) {
-    return phase == 0 && env_is("FTW_GGUF_CUDA_INT8", "1") && int8_for<T>(p);
+    return int8_asked(phase) && int8_for<T>(p, phase);
 }
 
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
@@ -2739,15 +2745,15 @@ struct StagedRows {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
-    // phase 0's int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where
-    // int8_for<T> says
+    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
+    // says for the phase
     static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value;
     static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
     static constexpr int kInt8Offset = Int8Offset<F>::value;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         return F::decode_int8(F::template load<M>(b, k), a);
     }
-    static bool int8(const KernelParams& p) { return int8_for<T>(p); }
+    static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)
