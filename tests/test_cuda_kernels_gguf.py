@@ -653,6 +653,29 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
     int8_pair((name, name, name), "small", [37, INT8.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
 
 
+# Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
+# =gate_up; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma m16n8k32 u8 x s8
+# against x quantized as for the int8 units, d sc and dmin m applied to the int32 sums. As
+# int8_pair: within the tolerance, no less accurate than the bf16 decode, and not identical to it
+# (=down leaves these types as they are). Rows of 2, 3 and 8 chunks (256-value blocks); down of the
+# other K-quant and of Q8_0.
+INT8_SUMS = ["Q4_K", "Q5_K"]
+
+
+@pytest.mark.parametrize("size", ["small", "xs", "chunks"])
+@pytest.mark.parametrize("name", INT8_SUMS)
+def test_gguf_int8_sums(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [41, INT8_SUMS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("down", ["other", "Q8_0"])
+@pytest.mark.parametrize("name", INT8_SUMS)
+def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
+    """gate_up on int8 sub-block sums, down of another type."""
+    d = INT8_SUMS[1 - INT8_SUMS.index(name)] if down == "other" else down
+    int8_pair((name, name, d), "chunks", [43, INT8_SUMS.index(name), int(down == "Q8_0")], monkeypatch)
+
+
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the
