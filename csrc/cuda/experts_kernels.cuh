@@ -3114,7 +3114,12 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
             if (stages == 2 && Dec::int8(p, PH)) {
                 launch_kernel(quantize_int8<false, 0>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
                 check_launch("int8 x kernel");
-                return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums>(p, stream), true;
+                // (FTW_GGUF_CUDA_INT8_STAGES=3|4: a ring of 3 or 4 stages, more chunks in flight per warp
+                // beside the shorter body)
+                constexpr int kI8S = OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums;
+                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "3")) return launch_staged_opt<Dec, PH, 3, kI8S>(p, stream), true;
+                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "4")) return launch_staged_opt<Dec, PH, 4, kI8S>(p, stream), true;
+                return launch_staged_opt<Dec, PH, 2, kI8S>(p, stream), true;
             }
         }
         if (stages == 2 && staged_one_column(p, PH)) {
