@@ -314,6 +314,7 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
     of 16 experts (items of one pair and of several in one step: both bodies in one launch) decode
     the same values."""
     monkeypatch.setenv("FTW_CUDA_STAGED_ONE", one)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (Q5_K's phase 0 at T = 1 would take its int8 body)
     check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
 
 
@@ -337,6 +338,7 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
     warps splitting a row (H = 2048: the per-item quad sums before the warps' reduction)."""
     monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
     monkeypatch.setenv("FTW_CUDA_STAGED_LANES", lanes)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (Q5_K's phase 0 at T = 1 would take its int8 body)
     size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
     check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
 
@@ -654,8 +656,8 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
 
 
 # Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
-# =gate_up; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma m16n8k32 u8 x s8
-# against x quantized as for the int8 units, d sc and dmin m applied to the int32 sums. As
+# =gate_up, Q5_K's default; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma
+# m16n8k32 u8 x s8 against x quantized as for the int8 units, d sc and dmin m on the int32 sums. As
 # int8_pair: within the tolerance, no less accurate than the bf16 decode, and not identical to it
 # (=down leaves these types as they are). Rows of 2, 3 and 8 chunks (256-value blocks); down of the
 # other K-quant and of Q8_0.

@@ -1048,7 +1048,10 @@ constexpr int kOptInt8 = 65536;
 //                  lane-cols body's bf16 mma: 8 and 4 for the sums of x); then per row and sub-block
 //                  254 S_hi + S_lo in int32, one I2F, and (s / 254) (d sc I - dmin m X) with X the
 //                  group's 254 sum(hi) + sum(lo) (staged_sub_block_int8). Where the decoder's int8
-//                  says (launch_byte_stream; FTW_GGUF_CUDA_INT8)
+//                  says (launch_byte_stream; FTW_GGUF_CUDA_INT8, Fast<Q5_K>::kInt8Default). SASS per
+//                  chunk body (sm_90): Q4_K 230 -> 146-150 (HMMA 24 -> IMMA 8), Q5_K 301 -> 233-238;
+//                  H200 T = 1 (docs/BENCHMARKS.md "I8K"): deepseek-v3 Q4_K 80.0 -> 78.8 us, Q5_K 95.9
+//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9
 constexpr int kOptInt8Sums = 524288;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)

@@ -1498,8 +1498,11 @@ struct Q5KFast {
     // the int8 lane interface (as Q4_K's): qh word i holds the fifth bits of the values of nibble word
     // i; one rotation (decode_lane's) puts sub-block 2 tig's at bit 4 and 2 tig + 1's at bit 5 of each
     // byte, so sub-block 2 tig's q are the low nibble | bit 4, and 2 tig + 1's enter as 2 q (<= 62),
-    // the high nibble shifted to bits 1..4 | bit 5 (its d sc over 2, exact)
-    static constexpr bool kInt8Sums = true;
+    // the high nibble shifted to bits 1..4 | bit 5 (its d sc over 2, exact). By default at T = 1 (unlike
+    // Q4_K's), as measured on the H200 (docs/BENCHMARKS.md "I8K", three runs, the lane-columns body in
+    // the same run): deepseek-v3 95.9 / 95.1 / 95.2 -> 95.1 / 94.1 / 94.2 us, qwen3-30b-a3b 23.5 / 23.6 /
+    // 23.5 -> 22.9 / 23.0 / 23.0 us (Q4_K: deepseek-v3 1.4% faster, qwen3-30b-a3b 2% slower)
+    static constexpr bool kInt8Sums = true, kInt8Default = true;
     __device__ static void lane_scale_min(const KLaneHead& h, int e, float& s, float& m) {
         k_lane_scale_min(h, e, s, m);
         if (e) s *= 0.5f;
