@@ -1534,11 +1534,12 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // sub-blocks 2 tig + e of rows g (block at b0) and g + 8 (b1) as u8 q (decode_lane_int8) into the
 // A fragment, and the B lanes (2 tig + h, tig) give plane h (hi, lo) of x's group 2 tig + e of the
 // chunk (xq8: the chunk's first group, plane h; null in every other lane, which keeps zeros), so
-// S[e]'s columns 2 tig and 2 tig + 1 are sub-block 2 tig + e's sums against hi and lo, and I = 254 S_hi
-// + S_lo = sum q (254 hi + lo) exactly, in int32 (|I| < 2^25), with x = (s / 254) (254 hi + lo). With
-// xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) + sum(lo)} (quantize_int8), the
-// sub-block's share of a row's dot is (s / 254) (d sc I - dmin m X): an IMAD, an I2F, an FMUL and two
-// FFMA per row and sub-block. The quad's lanes are summed once per item (kOptLaneBlocks' shuffles).
+// S[e]'s columns 2 tig and 2 tig + 1 are sub-block 2 tig + e's sums against hi and lo, and
+// I = 254 S_hi + S_lo = sum q (254 hi + lo) exactly, in int32 (|I| < 2^28: Q4_K's 16 q), with
+// x = (s / 254) (254 hi + lo). With xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) +
+// sum(lo)} (quantize_int8), the sub-block's share of a row's dot is (s / 254) (d sc I - dmin m X):
+// an IMAD, an I2F, an FMUL and two FFMA per row and sub-block. The quad's lanes are summed once per
+// item (kOptLaneBlocks' shuffles).
 template <class Dec>
 __device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const uint8_t* b1, const uint4* xq8,
                                                       const float4* xm, int tig, float (&acc)[4]) {
