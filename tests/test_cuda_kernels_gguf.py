@@ -640,6 +640,53 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
     int8_pair((name, name, "Q8_0"), "xs", [31, INT8.index(name)], monkeypatch)
 
 
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("pdl0", ["1", "0"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL"])
+def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
+    """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
+    by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
+    tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance. (Written
+    after the helper's device calls: not yet run on a GPU by its author.)"""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
+    monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
+    H, I, E, K = INT8_SIZES["partial"]  # noqa: E741
+    rng = np.random.default_rng([41, INT8.index(name), int(pdl0), int(graph)])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    steps = []
+    for _ in range(6):
+        x, x64 = bf16_x(1, H, rng)
+        ids, wts = routing(1, K, E, rng)
+        steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
+                      torch.full((1, H), float("nan"), dtype=torch.float32, device="cuda")))
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(1, K, I, E, H), dtype=torch.uint8, device="cuda")
+
+    def launch():
+        for x, _, _, _, ids_d, wts_d, out in steps:
+            ce.experts_forward(view, x, ids_d, wts_d, SILU, out=out, ws=ws, check=False)
+
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            launch()  # the kernels' first launches outside the capture
+        torch.cuda.current_stream().wait_stream(s)
+        for *_, out in steps:
+            out.fill_(float("nan"))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            launch()
+        g.replay()
+    else:
+        launch()
+    torch.cuda.synchronize()
+    assert ce.read_error(ws) is None
+    errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
+    print(f"gguf cuda accuracy {name} int8 back to back pdl0={pdl0} graph={graph}: {max(errs):.2e}")
+    assert max(errs) < REL_TOL, errs
+
+
 @pytest.mark.parametrize("scales", list(FAR_SCALES))
 @pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
 def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):

@@ -1036,7 +1036,13 @@ constexpr int kOptLanes16 = 262144;
 //                  per unit (the bf16 mma takes 8), then 254 S_hi + S_lo - offset * (254 sum hi + sum
 //                  lo) (the decoder's u8 bias: Q4_0 8, the tables 128) in int32, one I2F and one FFMA
 //                  per row by the unit's scale times s_j / 254; the quad's lanes summed per item.
-//                  Where the decoder's int8 says (launch_byte_stream; FTW_GGUF_CUDA_INT8)
+//                  Where the decoder's int8 says (launch_byte_stream; FTW_GGUF_CUDA_INT8). SASS (sm_90,
+//                  2-stage kernels, instructions per ring stage): Q4_0 phase 0 772 (kOptByteCols) ->
+//                  505, phase 1 789 -> 528; MXFP4 1062 -> 851, 1068 -> 881; IQ4_NL 1129 -> 771 (its
+//                  staged bf16 kernel), 1132 -> 799; IQ4_XS 1193 -> 749, 1163 -> 768. H200, T = 1, both
+//                  phases (docs/BENCHMARKS.md "I8"): deepseek-v3 Q4_0 84.8 -> 77.1 us, MXFP4 102.3 ->
+//                  93.4, IQ4_NL 114.8 -> 89.2, IQ4_XS 105.8 -> 86.2; qwen3-30b-a3b slower (18.5 -> 20.7,
+//                  19.0 -> 23.8, 20.7 -> 23.2, 19.3 -> 21.8)
 constexpr int kOptInt8 = 65536;
 //   kOptInt8Sums   with kOptLaneBlocks, T = 1, phase 0, decoders of 32-value sub-blocks with mins and
 //                  the int8 lane interface (gguf Q4_K, Q5_K: kInt8Sums): every weight is d sc q -

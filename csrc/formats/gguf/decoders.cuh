@@ -1084,7 +1084,7 @@ struct Fast<Q4_0> : Block18 {
     // The staged kernel's int8 unit at T = 1 (kOptInt8, FTW_GGUF_CUDA_INT8): q as u8 (q - 8's 8
     // times the x group's sum taken off the integer sums), values 4 s .. 4 s + 3 (low nibbles of
     // word s) in a[2 s], 16 + 4 s .. (high) in a[2 s + 1]: x in its natural order
-    static constexpr bool kInt8 = true, kInt8Interleaved = false;
+    static constexpr bool kInt8 = true, kInt8Interleaved = false, kInt8Default = true;
     static constexpr int kInt8Offset = 8;
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
         uint32_t q[4];
@@ -1111,7 +1111,7 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
     }
     // the staged kernel's int8 unit at T = 1 (kOptInt8): the levels + 128 (iq4nl_u8), d over the
     // decode's post (2^62 in kValueV1) on the integer sums
-    static constexpr bool kInt8 = true, kInt8Interleaved = true;
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
     static constexpr int kInt8Offset = 128;
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
         uint32_t q[4];
@@ -1182,7 +1182,7 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
     // The staged kernel's int8 unit at T = 1 (kOptInt8): e2m1 doubled (mxfp4_values: 0, 1, 2, 3, 4,
     // 6, 8, 12 and their negatives) + 128 by nibbles_u8; the scale 2^(e - 128) over the post 2^62,
     // 2^(e - 190) (0 for e < 64, weights below 2^-64; exact above)
-    static constexpr bool kInt8 = true, kInt8Interleaved = true;
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
     static constexpr int kInt8Offset = 128;
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
         uint32_t v[6], e[1], q[4];
@@ -1242,7 +1242,7 @@ struct Iq4XsFast : Iq4Values<F> {
         Iq4Values<F>::values(q, dl, w);
     }
     // the staged kernel's int8 unit at T = 1 (kOptInt8), as IQ4_NL's with the sub-block's d * (ls - 32)
-    static constexpr bool kInt8 = true, kInt8Interleaved = true;
+    static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
     static constexpr int kInt8Offset = 128;
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
         const int j = int(raw.j);
@@ -2693,11 +2693,18 @@ bool byte_cols_forced(const KernelParams& p) {
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
 // Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
 // Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment) at T = 1, with x (phase 0) or act
-// (phase 1) quantized per 32-value group into the workspace first (quantize_int8):
-// FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it, =gate_up / =down in that phase only (and
-// then the phase decodes staged at T = 1 also where it would not: int8_forced, launch_typed), =0
-// never, unset where Fast<T>::kInt8Default says (read at every launch)
+// (phase 1) quantized per 32-value group into the workspace first (quantize_int8); the phase then
+// decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
+// wherever T has it, =gate_up / =down in that phase only, =0 never; unset where
+// Fast<T>::kInt8Default says and, for kOptInt8, the phase has many items (staged_for_items: at least
+// FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when every token picks the same experts; Q5_K's
+// sub-block sums at any count, faster at both sizes: docs/BENCHMARKS.md "I8K"). As measured on the
+// H200 (docs/BENCHMARKS.md "I8"; T = 1, x the ceiling, both phases against the defaults before, one
+// run): deepseek-v3 (both phases many items) Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 ->
+// 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 ->
+// 0.32, 0.38 -> 0.34 (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
     return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
 }
@@ -2709,12 +2716,8 @@ bool int8_for(const KernelParams& p, int phase) {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
         if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        return Int8Default<Fast<T>>::value;
+        return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
     }
-}
-template <class T>
-bool int8_forced(const KernelParams& p, int phase) {
-    return int8_asked(phase) && int8_for<T>(p, phase);
 }
 
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
