@@ -642,16 +642,17 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("pdl0", ["1", "0"])
-@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "Q5_K"])
 def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
     by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
     tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance. (Written
-    after the helper's device calls: not yet run on a GPU by its author.)"""
+    after the helper's device calls: not yet run on a GPU by its author; Q5_K, phase 0 on int8
+    sub-block sums, added by helper I8K, likewise not run.)"""
     monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
     monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
-    H, I, E, K = INT8_SIZES["partial"]  # noqa: E741
-    rng = np.random.default_rng([41, INT8.index(name), int(pdl0), int(graph)])
+    H, I, E, K = INT8_SIZES["partial" if name in INT8 else "small"]  # noqa: E741  (K-quants: whole blocks)
+    rng = np.random.default_rng([41, (INT8 + INT8_SUMS).index(name), int(pdl0), int(graph)])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
     view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
     steps = []
