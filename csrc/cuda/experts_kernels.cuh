@@ -1121,7 +1121,7 @@ FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
 //   lane_scale_min(h, e, s, m)          sub-block 2 tig + e's d sc (over decode_lane_int8's power of 2)
 //                                       and dmin m (h: lane_head's; e a constant after unrolling), each
 //                                       rounded once, as ggml's float32 products
-//   static bool int8(p)                 (host) as kOptInt8's
+//   static bool int8(p, phase)          (host) as kOptInt8's (phase 0 only)
 FTW_OPTIONAL_MEMBER(Int8Sums, kInt8Sums, bool, false);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
@@ -3113,7 +3113,9 @@ bool staged_lanes16(const KernelParams& p) {
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
 // decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
-// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
+// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says; phase 0's
+// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages (3 or 4 with
+// FTW_GGUF_CUDA_INT8_STAGES), after quantize_int8.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
