@@ -314,6 +314,7 @@ def test_one_pair_column_body(name, T, one, monkeypatch):
     of 16 experts (items of one pair and of several in one step: both bodies in one launch) decode
     the same values."""
     monkeypatch.setenv("FTW_CUDA_STAGED_ONE", one)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (Q5_K's phase 0 at T = 1 would take its int8 body)
     check((name, name, name), T, [16, T, TYPES.index(name), ONE_COLUMN.index(one)], H=768, I=512, E=16, K=2)
 
 
@@ -337,6 +338,7 @@ def test_lane_blocks_body(types, T, size, lanes, monkeypatch):
     warps splitting a row (H = 2048: the per-item quad sums before the warps' reduction)."""
     monkeypatch.setenv("FTW_CUDA_STAGED_ONE", "1")
     monkeypatch.setenv("FTW_CUDA_STAGED_LANES", lanes)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (Q5_K's phase 0 at T = 1 would take its int8 body)
     size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
     check(types, T, [23, T, sum(map(ord, "".join(types)))], **size)  # the same data for every body
 
@@ -640,16 +642,17 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("pdl0", ["1", "0"])
-@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "Q5_K"])
 def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
     by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
     tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance. (Written
-    after the helper's device calls: not yet run on a GPU by its author.)"""
+    after the helper's device calls: not yet run on a GPU by its author; Q5_K, phase 0 on int8
+    sub-block sums, added by helper I8K, likewise not run.)"""
     monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
     monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
-    H, I, E, K = INT8_SIZES["partial"]  # noqa: E741
-    rng = np.random.default_rng([41, INT8.index(name), int(pdl0), int(graph)])
+    H, I, E, K = INT8_SIZES["partial" if name in INT8 else "small"]  # noqa: E741  (K-quants: whole blocks)
+    rng = np.random.default_rng([41, (INT8 + INT8_SUMS).index(name), int(pdl0), int(graph)])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
     view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
     steps = []
@@ -698,6 +701,37 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
         return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
 
     int8_pair((name, name, name), "small", [37, INT8.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
+
+
+# Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
+# =gate_up, Q5_K's default; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma
+# m16n8k32 u8 x s8 against x quantized as for the int8 units, d sc and dmin m on the int32 sums. As
+# int8_pair: within the tolerance, no less accurate than the bf16 decode, and not identical to it
+# (=down leaves these types as they are). Rows of 2, 3 and 8 chunks (256-value blocks); down of the
+# other K-quant and of Q8_0.
+INT8_SUMS = ["Q4_K", "Q5_K"]
+
+
+@pytest.mark.parametrize("size", ["small", "xs", "chunks"])
+@pytest.mark.parametrize("name", INT8_SUMS)
+def test_gguf_int8_sums(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [41, INT8_SUMS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("stages", ["3", "4"])
+@pytest.mark.parametrize("name", INT8_SUMS)
+def test_gguf_int8_sums_stages(name, stages, monkeypatch):
+    """The int8 phase 0 in a ring of 3 or 4 stages (FTW_GGUF_CUDA_INT8_STAGES)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8_STAGES", stages)
+    int8_pair((name, name, name), "chunks", [47, INT8_SUMS.index(name), int(stages)], monkeypatch)
+
+
+@pytest.mark.parametrize("down", ["other", "Q8_0"])
+@pytest.mark.parametrize("name", INT8_SUMS)
+def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
+    """gate_up on int8 sub-block sums, down of another type."""
+    d = INT8_SUMS[1 - INT8_SUMS.index(name)] if down == "other" else down
+    int8_pair((name, name, d), "chunks", [43, INT8_SUMS.index(name), int(down == "Q8_0")], monkeypatch)
 
 
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default

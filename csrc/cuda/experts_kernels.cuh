@@ -1044,11 +1044,27 @@ constexpr int kOptLanes16 = 262144;
 //                  93.4, IQ4_NL 114.8 -> 89.2, IQ4_XS 105.8 -> 86.2; qwen3-30b-a3b slower (18.5 -> 20.7,
 //                  19.0 -> 23.8, 20.7 -> 23.2, 19.3 -> 21.8)
 constexpr int kOptInt8 = 65536;
+//   kOptInt8Sums   with kOptLaneBlocks, T = 1, phase 0, decoders of 32-value sub-blocks with mins and
+//                  the int8 lane interface (gguf Q4_K, Q5_K: kInt8Sums): every weight is d sc q -
+//                  dmin m with q an exact integer (0..15, 0..31), so lane tig's sub-blocks 2 tig + e
+//                  (the lane-blocks assignment) go to mma.m16n8k32 u8 x s8 as their q against x's
+//                  32-value group of each (kOptInt8's quantize_int8, non-interleaved): the B lanes
+//                  (2 tig, tig) give the group's hi, (2 tig + 1, tig) its lo, so columns 2 tig and
+//                  2 tig + 1 sum lane tig's sub-block alone: 4 IMMA per sub-block for both rows (the
+//                  lane-cols body's bf16 mma: 8 and 4 for the sums of x); then per row and sub-block
+//                  254 S_hi + S_lo in int32, one I2F, and (s / 254) (d sc I - dmin m X) with X the
+//                  group's 254 sum(hi) + sum(lo) (staged_sub_block_int8). Where the decoder's int8
+//                  says (launch_byte_stream; FTW_GGUF_CUDA_INT8, Fast<Q5_K>::kInt8Default). SASS per
+//                  chunk body (sm_90): Q4_K 230 -> 146-150 (HMMA 24 -> IMMA 8), Q5_K 301 -> 233-238;
+//                  H200 T = 1 (docs/BENCHMARKS.md "I8K"): deepseek-v3 Q4_K 80.0 -> 78.8 us, Q5_K 95.9
+//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9
+constexpr int kOptInt8Sums = 524288;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8,
+                            kOptInt8Sums};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1096,6 +1112,17 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
+// kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
+//   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
+//                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
+//                                       i even, of k 16 + 4 tig .. for i odd: each step's B words are
+//                                       8 consecutive bytes of x's group, as quantize_int8 stores it
+//                                       non-interleaved), each value q or q times a power of 2
+//   lane_scale_min(h, e, s, m)          sub-block 2 tig + e's d sc (over decode_lane_int8's power of 2)
+//                                       and dmin m (h: lane_head's; e a constant after unrolling), each
+//                                       rounded once, as ggml's float32 products
+//   static bool int8(p, phase)          (host) as kOptInt8's (phase 0 only)
+FTW_OPTIONAL_MEMBER(Int8Sums, kInt8Sums, bool, false);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1509,6 +1536,55 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
     for (int e = 0; e < 2; ++e) add_lane_sums<Dec>(h0, h1, e, P[e][e], P[e][2 + e], X[e], acc);
 }
 
+// kOptInt8Sums' chunk body (phase 0, an item of one pair, T = 1): lane (g, tig) decodes its
+// sub-blocks 2 tig + e of rows g (block at b0) and g + 8 (b1) as u8 q (decode_lane_int8) into the
+// A fragment, and the B lanes (2 tig + h, tig) give plane h (hi, lo) of x's group 2 tig + e of the
+// chunk (xq8: the chunk's first group, plane h; null in every other lane, which keeps zeros), so
+// S[e]'s columns 2 tig and 2 tig + 1 are sub-block 2 tig + e's sums against hi and lo, and
+// I = 254 S_hi + S_lo = sum q (254 hi + lo) exactly, in int32 (|I| < 2^28: Q4_K's 16 q), with
+// x = (s / 254) (254 hi + lo). With xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) +
+// sum(lo)} (quantize_int8), the sub-block's share of a row's dot is (s / 254) (d sc I - dmin m X):
+// an IMAD, an I2F, an FMUL and two FFMA per row and sub-block. The quad's lanes are summed once per
+// item (kOptLaneBlocks' shuffles).
+template <class Dec>
+__device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const uint8_t* b1, const uint4* xq8,
+                                                      const float4* xm, int tig, float (&acc)[4]) {
+    static_assert(SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value, "32-value sub-blocks with mins");
+    const auto h0 = Dec::lane_head(b0, tig);
+    const auto h1 = Dec::lane_head(b1, tig);
+    uint4 xb[2][2] = {};  // [e][s / 2]: the B words b0, b1 of step s (values 8 s .. 8 s + 7), two a load
+    if (xq8 != nullptr) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int k = 0; k < 2; ++k) xb[e][k] = __ldg(xq8 + 4 * (2 * tig + e) + k);
+    }
+    const float4 xs = __ldg(xm + tig);  // groups 2 tig, 2 tig + 1: {s / 254, X} each
+    uint32_t a0[2][8], a1[2][8];
+    Dec::decode_lane_int8(b0, tig, a0);
+    Dec::decode_lane_int8(b1, tig, a1);
+    int S[2][4] = {};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint4& xq = xb[e][s >> 1];
+            const uint32_t x0 = s & 1 ? xq.z : xq.x, x1 = s & 1 ? xq.w : xq.y;
+            imma_u8s8(S[e], a0[e][2 * s], a1[e][2 * s], a0[e][2 * s + 1], a1[e][2 * s + 1], x0, x1);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        float s0, m0, s1, m1;
+        Dec::lane_scale_min(h0, e, s0, m0);
+        Dec::lane_scale_min(h1, e, s1, m1);
+        const float f = e ? xs.z : xs.x, X = float(__float_as_int(e ? xs.w : xs.y));
+        const float i0 = float(254 * S[e][0] + S[e][1]), i2 = float(254 * S[e][2] + S[e][3]);
+        acc[0] = fmaf(f, fmaf(s0, i0, -m0 * X), acc[0]);
+        acc[2] = fmaf(f, fmaf(s1, i2, -m1 * X), acc[2]);
+    }
+}
+
 // kOptLanes16's chunk body (an item of one pair, T = 1), for 16-value sub-blocks whose quants are
 // biased (kLaneBias16 + the stored bits, scaled by a power of 2: the prmt's pairs, no bf16 op): lane
 // (g, tig) decodes its sub-blocks s = 0..3 (the chunk's values 128 (tig / 2) + 32 s + 16 (tig % 2)
@@ -1737,6 +1813,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool I8 = (OPT & kOptInt8) != 0;  // (the units as integers, x or act from quantize_int8)
     static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC),
                   "int8 units: a byte-stream decoder with the interface");
+    constexpr bool I8S = (OPT & kOptInt8Sums) != 0;  // (phase 0's sub-blocks as integers, x as for I8)
+    static_assert(!I8S || (BS && Int8Sums<Dec>::value && TR == 1 && PH == 0 && !I8 && (OPT & kOptLaneBlocks) != 0),
+                  "int8 sub-block sums: phase 0 of a lane-blocks decoder with the interface");
+    constexpr bool XQ = I8 || I8S;  // (x or act from quantize_int8)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1748,7 +1828,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
-    if (PH == 0 && !I8) phase0_wait();  // (I8: a dependent of quantize_int8, which waited; see below)
+    if (PH == 0 && !XQ) phase0_wait();  // (XQ: a dependent of quantize_int8, which waited; see below)
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -2004,8 +2084,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         __syncthreads();
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
-    // I8: quantize_int8 complete (p.xq); every kernel before it was complete when it started
-    if (PH == 0 && I8) asm volatile("griddepcontrol.wait;" ::: "memory");
+    // XQ: quantize_int8 complete (p.xq); every kernel before it was complete when it started
+    if (PH == 0 && XQ) asm volatile("griddepcontrol.wait;" ::: "memory");
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -2057,6 +2137,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
+        // I8S: the same B lanes and planes of phase 0's x (the groups staged_sub_block_int8 says)
+        if constexpr (I8S)
+            if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(p.xq) + 2 * (g & 1);
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -2271,7 +2354,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
                         } else if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1) {  // (warp-uniform)
-                                if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
+                                if constexpr (I8S)  // the B lanes (2 tig + h, tig): x's plane h, from p.xq
+                                    staged_sub_block_int8<Dec>(
+                                        b0, b1, xq8 != nullptr ? xq8 + 32 * c : nullptr,
+                                        reinterpret_cast<const float4*>(p.xq + int64_t(p.H / 32) * 64) + 4 * c, tig, acc[0]);
+                                else if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
                                     staged_sub_block_lane_cols<Dec>(
                                         b0, b1, (g >> 1) == tig ? xsub + int64_t(c) * 256 + 32 * g : lane_zeros(), tig, acc[0]);
                                 else if constexpr ((OPT & kOptLaneBlocks) != 0)  // the B lanes (2 tig, tig): x
@@ -2830,7 +2917,8 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
         }
     }
     // phase 1 overlaps phase 0's tail; an int8 phase 0 (kOptInt8) the quantizing of x before it
-    const bool programmatic = PH == 1 || (OPT & kOptInt8) != 0 ? programmatic_launch() : phase0_programmatic();
+    const bool programmatic =
+        PH == 1 || (OPT & (kOptInt8 | kOptInt8Sums)) != 0 ? programmatic_launch() : phase0_programmatic();
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream, programmatic, p,
                   nbands, sh.cpw, nparts);
 }
@@ -3030,12 +3118,27 @@ bool staged_lanes16(const KernelParams& p) {
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
 // decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
-// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says.
+// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says; phase 0's
+// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages (3 or 4 with
+// FTW_GGUF_CUDA_INT8_STAGES), after quantize_int8.
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
         if (stages == 2 && staged_lanes16<Dec>(p)) return launch_staged_opt<Dec, PH, 2, OPT | kOptLanes16>(p, stream), true;
     if constexpr (kSums32<Dec>) {
+        // phase 0 at T = 1 where the decoder's int8 says (kOptInt8Sums, Q4_K / Q5_K): x quantized first
+        if constexpr (Int8Sums<Dec>::value && LaneBlocks<Dec>::value && PH == 0 && (OPT & kOptWholeCopy) != 0) {
+            if (stages == 2 && Dec::int8(p, PH)) {
+                launch_kernel(quantize_int8<false, 0>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
+                check_launch("int8 x kernel");
+                // (FTW_GGUF_CUDA_INT8_STAGES=3|4: a ring of 3 or 4 stages, more chunks in flight per warp
+                // beside the shorter body)
+                constexpr int kI8S = OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums;
+                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "3")) return launch_staged_opt<Dec, PH, 3, kI8S>(p, stream), true;
+                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "4")) return launch_staged_opt<Dec, PH, 4, kI8S>(p, stream), true;
+                return launch_staged_opt<Dec, PH, 2, kI8S>(p, stream), true;
+            }
+        }
         if (stages == 2 && staged_one_column(p, PH)) {
             if constexpr (LaneBlocks<Dec>::value && (OPT & kOptWholeCopy) != 0)
                 if (staged_lane_blocks<Dec>(p)) {  // in two columns per lane but with =1

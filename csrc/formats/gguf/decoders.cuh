@@ -1328,6 +1328,22 @@ __device__ __forceinline__ void k_lane_scale(const KLaneHead& h, int e, float& s
     s = fmaf(h.d, sc, h.d128);
     n = fmaf(-128.f, s, fmaf(-h.m, mn, h.m128));
 }
+// kOptInt8Sums (the q unbiased): sub-block 2 tig + e's s = d * sc and m = dmin * mn, each rounded once
+// as ggml's float32 product
+__device__ __forceinline__ void k_lane_scale_min(const KLaneHead& h, int e, float& s, float& m) {
+    const float sc = __uint_as_float(e ? h.sc & 0xFFFF0000u : h.sc << 16);
+    const float mn = __uint_as_float(e ? h.mn & 0xFFFF0000u : h.mn << 16);
+    s = fmaf(h.d, sc, h.d128);
+    m = fmaf(h.m, mn, -h.m128);
+}
+// kOptInt8Sums' A words of the nibbles of 8 words w (a sub-block pair's 32 bytes as decode_pair's:
+// sub-block 2c low nibbles, 2c + 1 high): a[e][i] values 4 i .. 4 i + 3 (word i), the low nibbles
+// by a mask, the high ones by a mask alone, in place, as 16 q (<= 240: a u8; the scale takes the
+// 1 / 16)
+__device__ __forceinline__ void k_nibbles_u8(const uint32_t (&w)[8], uint32_t (&a)[2][8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[0][i] = w[i] & 0x0F0F0F0Fu, a[1][i] = w[i] & 0xF0F0F0F0u;
+}
 
 // bytes of values (< 128) lo (sub-block 2c) and hi (2c + 1) -> the bf16 pairs (128 + v0, 128 + v1),
 // (128 + v2, 128 + v3) of each, at w[.][2i], w[.][2i + 1]
@@ -1393,6 +1409,18 @@ struct Q4KFast {
     __device__ static KLaneHead lane_head(const uint8_t* b, int tig) { return k_lane_head(b, tig); }
     __device__ static void lane_scale(const KLaneHead& h, int e, float& s, float& n) { k_lane_scale(h, e, s, n); }
     __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][4]) { decode_pair(b, tig, p, w); }
+    // the int8 lane interface (kOptInt8Sums: staged_sub_block_int8): the q of sub-blocks 2 tig, 2 tig + 1
+    // are the low and high nibbles of nibble bytes 32 tig .. 32 tig + 31, a mask per 4 values: the
+    // high ones in place, as 16 q, so sub-block 2 tig + 1's d sc comes over 16 (exact)
+    static constexpr bool kInt8Sums = true;
+    __device__ static void lane_scale_min(const KLaneHead& h, int e, float& s, float& m) {
+        k_lane_scale_min(h, e, s, m);
+        if (e) s *= 0.0625f;
+    }
+    __device__ static void decode_lane_int8(const uint8_t* b, int tig, uint32_t (&a)[2][8]) {
+        const uint4 q0 = *reinterpret_cast<const uint4*>(b + 16 + 32 * tig), q1 = *reinterpret_cast<const uint4*>(b + 32 + 32 * tig);
+        k_nibbles_u8({q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}, a);
+    }
 };
 template <>
 struct Fast<Q4_K> : Q4KFast<kMinShift> {};
@@ -1465,6 +1493,31 @@ struct Q5KFast {
             const uint32_t x = i ? q.y : q.x, y = i ? h.y : h.x;
             k_int_pairs((x & 0x0F0F0F0Fu) | (__funnelshift_l(y, y, r) & 0x10101010u),
                         ((x >> 4) & 0x0F0F0F0Fu) | (__funnelshift_l(y, y, r - 1) & 0x10101010u), i, w);
+        }
+    }
+    // the int8 lane interface (as Q4_K's): qh word i holds the fifth bits of the values of nibble word
+    // i; one rotation (decode_lane's) puts sub-block 2 tig's at bit 4 and 2 tig + 1's at bit 5 of each
+    // byte, so sub-block 2 tig's q are the low nibble | bit 4, and 2 tig + 1's enter as 2 q (<= 62),
+    // the high nibble shifted to bits 1..4 | bit 5 (its d sc over 2, exact). By default at T = 1 (unlike
+    // Q4_K's), as measured on the H200 (docs/BENCHMARKS.md "I8K", three runs, the lane-columns body in
+    // the same run): deepseek-v3 95.9 / 95.1 / 95.2 -> 95.1 / 94.1 / 94.2 us, qwen3-30b-a3b 23.5 / 23.6 /
+    // 23.5 -> 22.9 / 23.0 / 23.0 us (Q4_K: deepseek-v3 1.4% faster, qwen3-30b-a3b 2% slower)
+    static constexpr bool kInt8Sums = true, kInt8Default = true;
+    __device__ static void lane_scale_min(const KLaneHead& h, int e, float& s, float& m) {
+        k_lane_scale_min(h, e, s, m);
+        if (e) s *= 0.5f;
+    }
+    __device__ static void decode_lane_int8(const uint8_t* b, int tig, uint32_t (&a)[2][8]) {
+        const uint4 q0 = *reinterpret_cast<const uint4*>(b + 48 + 32 * tig), q1 = *reinterpret_cast<const uint4*>(b + 64 + 32 * tig);
+        const uint4 h0 = *reinterpret_cast<const uint4*>(b + 16), h1 = *reinterpret_cast<const uint4*>(b + 32);
+        const uint32_t qs[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t qh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const uint32_t r = uint32_t(4 - 2 * tig) & 31u;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t t = __funnelshift_l(qh[i], qh[i], r);
+            a[0][i] = (qs[i] & 0x0F0F0F0Fu) | (t & 0x10101010u);
+            a[1][i] = ((qs[i] >> 3) & 0x1E1E1E1Eu) | (t & 0x20202020u);
         }
     }
 };
@@ -2638,15 +2691,18 @@ bool byte_cols_forced(const KernelParams& p) {
 }
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
-// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS) at T = 1, with x (phase 0) or act (phase 1) quantized
-// per 32-value group into the workspace first (quantize_int8); the phase then decodes staged also
-// where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it,
-// =gate_up / =down in that phase only, =0 never; unset where Fast<T>::kInt8Default says and the phase
-// has many items (staged_for_items: at least FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when
-// every token picks the same experts). As measured on the H200 (docs/BENCHMARKS.md "I8"; T = 1, x the
-// ceiling, both phases against the defaults before, one run): deepseek-v3 (both phases many items)
-// Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 -> 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b
-// (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 -> 0.32, 0.38 -> 0.34 (read at every launch)
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
+// Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment) at T = 1, with x (phase 0) or act
+// (phase 1) quantized per 32-value group into the workspace first (quantize_int8); the phase then
+// decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
+// wherever T has it, =gate_up / =down in that phase only, =0 never; unset where
+// Fast<T>::kInt8Default says and, for kOptInt8, the phase has many items (staged_for_items: at least
+// FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when every token picks the same experts; Q5_K's
+// sub-block sums at any count, faster at both sizes: docs/BENCHMARKS.md "I8K"). As measured on the
+// H200 (docs/BENCHMARKS.md "I8"; T = 1, x the ceiling, both phases against the defaults before, one
+// run): deepseek-v3 (both phases many items) Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 ->
+// 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 ->
+// 0.32, 0.38 -> 0.34 (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
 inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
@@ -2654,12 +2710,13 @@ inline bool int8_asked(int phase) {
 }
 template <class T>
 bool int8_for(const KernelParams& p, int phase) {
-    if constexpr (!Int8Cols<Fast<T>>::value) {
+    if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value) {
         return false;
     } else {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
+        if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        return Int8Default<Fast<T>>::value && staged_for_items(p, phase);
+        return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
     }
 }
 
@@ -2847,6 +2904,12 @@ struct SubBlockRows : Dec {
     __device__ static void lane_scale(const H& h, int e, float& s, float& n) { F::lane_scale(h, e, s, n); }
     template <int N>
     __device__ static void decode_lane(const uint8_t* b, int tig, int p, uint32_t (&w)[2][N]) { F::decode_lane(b, tig, p, w); }
+    // the int8 lane interface where F has it (kOptInt8Sums: Q4_K, Q5_K), phase 0 at T = 1 where the
+    // inherited int8 (int8_for) says
+    static constexpr bool kInt8Sums = Int8Sums<F>::value;
+    __device__ static void decode_lane_int8(const uint8_t* b, int tig, uint32_t (&a)[2][8]) { F::decode_lane_int8(b, tig, a); }
+    template <class H>
+    __device__ static void lane_scale_min(const H& h, int e, float& s, float& m) { F::lane_scale_min(h, e, s, m); }
     // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K, Q2_K), with
     // d (and dmin) once per chunk as its body applies them
     static constexpr bool kLanes16 = ChunkD && Lanes16<F>::value;
