@@ -7,6 +7,7 @@ the write has got; the rows written before it are already in the temporary file.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -20,6 +21,10 @@ from ftw.writers import FtwWriter  # noqa: E402
 
 
 def main() -> None:
+    # Ctrl-C as an interactive user has it, also where this test run was started with SIGINT
+    # ignored (a background job of a non-interactive shell, nohup): Python keeps an inherited
+    # SIG_IGN, and the SIGINT tests would then wait for a writer that never stops
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     dest, rows, row_kib, sleep_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     rng = np.random.default_rng()
     # a valid bf16 layer with I = 1: gate_up [2, H] is the ROW_KIB-sized row, down [H, 1]

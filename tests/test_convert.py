@@ -161,7 +161,8 @@ def test_check_finds_a_changed_source_byte(tmp_path):
 
 
 SLOW_CONVERT = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (as tests/slow_writer.py: an inherited SIG_IGN)
 sys.path.insert(0, {root!r})
 import ftw.writers.ftw_writer as w
 orig = w.FtwWriter.add_layer
