@@ -602,20 +602,38 @@ INT8_SIZES = {"small": (512, 256, 8, 4), "partial": (352, 160, 8, 4), "chunks": 
               "xs": (768, 256, 8, 4)}
 
 
-def int8_pair(types, size, seed, monkeypatch, rows=None):
+def int8_routing(T, K, E, route, rng):
+    """T tokens' routing: "random" (each token its own K experts: items of 1..T pairs), "same" (every
+    token the same K: items of T pairs), "mixed" (the first half of the tokens the same K, the others
+    their own: items of fewer pairs than T beside items of T / 2 or more)"""
+    ids, wts = routing(T, K, E, rng)
+    if route == "same":
+        ids[:] = ids[0]
+    elif route == "mixed":
+        ids[: (T + 1) // 2] = ids[0]
+    return ids, wts
+
+
+def int8_pair(types, size, seed, monkeypatch, rows=None, T=1, route="random", token_scales=None):
     H, I, E, K = INT8_SIZES[size]  # noqa: E741
     rng = np.random.default_rng(seed)
     opts, banks = gguf_layer(types, H, I, E, rng) if rows is None else rows(H, I, E, rng)
-    x, x64 = bf16_x(1, H, rng)
-    ids, wts = routing(1, K, E, rng)
+    if token_scales is None:
+        x, x64 = bf16_x(T, H, rng)
+    else:  # token t's x times token_scales[t] (bf16 of the product; the reference takes the bf16 values)
+        xs = rng.standard_normal((T, H)) * np.asarray(token_scales, dtype=np.float64)[:, None]
+        x = torch.from_numpy(xs.astype(np.float32)).to(torch.bfloat16)
+        x, x64 = x.cuda(), x.float().double().numpy()
+    ids, wts = int8_routing(T, K, E, route, rng)
     ref = reference(opts, banks, H, I, x64, ids, wts)
     outs, errs = {}, {}
     for v in ("0", "1", "gate_up", "down"):
         monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
         outs[v] = run(opts, banks, x, ids, wts)
-        errs[v] = rel_err(outs[v], ref)
-    print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
-          f"down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
+        # each token's error against its own norm (a token far smaller than another keeps its precision)
+        errs[v] = max(rel_err(outs[v][t], ref[t]) for t in range(T)) if token_scales is not None else rel_err(outs[v], ref)
+    print(f"gguf cuda accuracy {'/'.join(types)} {size} T={T} {route}: int8 {errs['1']:.2e}, gate_up only "
+          f"{errs['gate_up']:.2e}, down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
     for v in ("1", "gate_up", "down"):
         assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
@@ -630,6 +648,30 @@ def test_gguf_int8_units(name, size, monkeypatch):
         pytest.skip("IQ4_XS rows are whole 256-value blocks; the xs size is its own")
     seed = [29, INT8.index(name), list(INT8_SIZES).index(size)]
     int8_pair((name, name, name), size, seed, monkeypatch)
+
+
+# T = 2..8 with int8 units (kOptInt8Full: a unit per quad, column n of the IMMA the item's pair n; x
+# and act quantized per token, pair, and group), as test_gguf_int8_units: routings of items of T
+# pairs, of 1..T, and both; rows ending in a partial chunk (IQ4_XS: its whole blocks)
+@pytest.mark.parametrize("route", ["same", "random", "mixed"])
+@pytest.mark.parametrize("T", [2, 3, 8])
+@pytest.mark.parametrize("name", INT8)
+def test_gguf_int8_units_tokens(name, T, route, monkeypatch):
+    size = "xs" if name == "IQ4_XS" else "partial"
+    seed = [43, INT8.index(name), T, ["same", "random", "mixed"].index(route)]
+    int8_pair((name, name, name), size, seed, monkeypatch, T=T, route=route)
+
+
+@pytest.mark.parametrize("route", ["same", "mixed"])
+@pytest.mark.parametrize("name", INT8)
+def test_gguf_int8_units_tokens_far_apart(name, route, monkeypatch):
+    """T = 8, tokens of magnitudes 1e-3 .. 1e3 of each other (x and act quantized per token and
+    group: each token's own error within the tolerance and no worse than the bf16 path's); several
+    chunks per row"""
+    size = "xs" if name == "IQ4_XS" else "chunks"
+    scales = [1e-3, 1.0, 1e3, 1.0, 1e-3, 1e3, 1.0, 1e-3]
+    int8_pair((name, name, name), size, [47, INT8.index(name), route == "same"], monkeypatch, T=8, route=route,
+              token_scales=scales)
 
 
 @pytest.mark.parametrize("name", INT8)

@@ -57,12 +57,14 @@ struct KernelParams {
     int bias_f32;
     int block_out, block_in, scale_f32;  // fp8_block
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
-    // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_int8 writes it
-    // before phase 0): [H / 32] groups of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order),
-    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}; null where T > 1
+    // T <= 8: the tokens' x in integers for phase 0's int8 units (kOptInt8, kOptInt8Full;
+    // quantize_int8 writes it before phase 0): [T * H / 32] groups (token t's group u at t * H / 32
+    // + u) of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order; T > 1: kOptInt8Full's order,
+    // see quantize_int8), then [T * H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)};
+    // null where T > 8
     uint8_t* xq;
-    // T = 1: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [K * I / 32]
-    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2; null where T > 1
+    // T <= 8: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [T * K * I / 32]
+    // groups (pair q's group u at q * I / 32 + u) as xq's, then their float2; null where T > 8
     uint8_t* actq;
 };
 
@@ -1044,11 +1046,23 @@ constexpr int kOptLanes16 = 262144;
 //                  93.4, IQ4_NL 114.8 -> 89.2, IQ4_XS 105.8 -> 86.2; qwen3-30b-a3b slower (18.5 -> 20.7,
 //                  19.0 -> 23.8, 20.7 -> 23.2, 19.3 -> 21.8)
 constexpr int kOptInt8 = 65536;
+//   kOptInt8Full   T = 2..8, kOptInt8's integers for items of several pairs: the quad's A fragment
+//                  is one unit (k = 32 = the unit): lane tig decodes word tig of the unit's 16 bytes
+//                  (Dec::decode_int8_word: the a[2 tig], a[2 tig + 1] of decode_int8) for rows g and
+//                  g + 8, and the B lane (g, tig) gives the item's pair g's hi words of the group in
+//                  one IMMA and its lo words in a second, so column n of C is pair n: 2 IMMA per unit
+//                  (the lo one starting from -offset * the pair's group sum), then per C value 254 S_hi
+//                  + S_lo, one I2F and one FFMA by the row's unit scale times the pair's s / 254.
+//                  x and act quantized per token (pair) and group by quantize_int8 as for kOptInt8, in
+//                  its T > 1 order (a lane's four B words in one 16-byte load). Where the decoder's
+//                  int8 says (launch_byte_stream; FTW_GGUF_CUDA_INT8 as at T = 1)
+constexpr int kOptInt8Full = 131072;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
-                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8};
+                            kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8,
+                            kOptInt8Full};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1092,7 +1106,11 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 //                                       and a[2 s + 1] 16 + 4 s ..; true, a[2 s] values 4 s, 16 + 4 s,
 //                                       4 s + 1, 17 + 4 s and a[2 s + 1] 4 s + 2, 18 + 4 s, 4 s + 3,
 //                                       19 + 4 s (the nibble order of a unit's word s: gguf's tables)
-//   static bool int8(p, phase)          (host) whether the phase of a launch takes kOptInt8 (T = 1 only)
+//   float decode_int8_word(b, k, w, a0, a2)  word w (0..3) of unit k's 16 quant bytes alone: a0, a2 =
+//                                       decode_int8's a[2 w], a[2 w + 1]; returns the unit's scale
+//                                       (kOptInt8Full: the quad's four lanes split a unit)
+//   static bool int8(p, phase)          (host) whether the phase of a launch takes kOptInt8 (T = 1) or
+//                                       kOptInt8Full (T = 2..8)
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
@@ -1658,12 +1676,15 @@ __device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
         : "r"(int(p)), "l"(a));
 }
 
-// kOptInt8: token 0's x (T = 1) in integers for phase 0 (PH 0: p.x into p.xq), or act for phase 1
-// (PH 1: the K pairs' rows of act into p.actq), a warp per 32-value group j: s_j = max|x| / 127,
+// kOptInt8, kOptInt8Full: the T tokens' x in integers for phase 0 (PH 0: p.x into p.xq), or act for
+// phase 1 (PH 1: the T K pairs' rows of act into p.actq), a warp per 32-value group j of a token (a
+// pair): each its own s_j = max|x| / 127 (a token far smaller than another keeps its precision),
 // hi = rint(x / s_j), lo = rint((x / s_j - hi) * 254) (both in -127..127), so x = s_j (hi + lo / 254)
 // within s_j / 508, about 1.5e-5 of the group's largest |x| (bf16's rounding of x is 2^-9 of it).
 // Stored per group: 32 bytes of hi, then 32 of lo, each value at the byte the decoder's A fragment
-// wants it (Interleaved: kInt8Interleaved's order), then after all groups a float2 {s_j / 254, int
+// wants it (Interleaved: kInt8Interleaved's order; T > 1, kOptInt8Full: byte r of word w of a plane
+// e (0 hi, 1 lo) moved to 16 (w % 4) + 8 e + 4 (w / 4) + r, so that lane tig's B words, hi w = tig,
+// hi tig + 4, lo tig, lo tig + 4, are one 16-byte load), then after all groups a float2 {s_j / 254, int
 // bits of 254 sum(hi) + sum(lo)} per group (the decoders' u8 bias comes off through it). Launched just
 // before the phase in its stream (launch_byte_stream); the phase is its programmatic dependent, which
 // lets the phase's blocks route and put their first weights in flight while this runs. PH 0 waits for
@@ -1675,7 +1696,7 @@ __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
     if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
-    const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+    const int ngroups = PH == 0 ? p.T * (p.H / 32) : p.T * p.K * (p.I / 32);
     const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
     if (gi >= ngroups) return;
     const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
@@ -1689,8 +1710,14 @@ __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
     const int pos = Interleaved ? 16 * ((v >> 1) & 1) + 4 * ((v >> 2) & 3) + 2 * (v & 1) + (v >> 4) : v;
     uint8_t* const xq = PH == 0 ? p.xq : p.actq;
     uint8_t* q = xq + int64_t(gi) * 64;
-    q[pos] = uint8_t(int8_t(hi));
-    q[32 + pos] = uint8_t(int8_t(lo));
+    if (p.T == 1) {
+        q[pos] = uint8_t(int8_t(hi));
+        q[32 + pos] = uint8_t(int8_t(lo));
+    } else {
+        const int at = 16 * ((pos >> 2) & 3) + 4 * (pos >> 4) + (pos & 3);
+        q[at] = uint8_t(int8_t(hi));
+        q[8 + at] = uint8_t(int8_t(lo));
+    }
     if (v == 0) reinterpret_cast<float2*>(xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
 }
 
@@ -1737,6 +1764,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool I8 = (OPT & kOptInt8) != 0;  // (the units as integers, x or act from quantize_int8)
     static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC),
                   "int8 units: a byte-stream decoder with the interface");
+    constexpr bool I8F = (OPT & kOptInt8Full) != 0;  // (T > 1: a unit per quad, a pair per column)
+    static_assert(!I8F || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC && !I8),
+                  "int8 units of several pairs: a byte-stream decoder with the interface");
+    constexpr bool IQ = I8 || I8F;  // (x or act from quantize_int8)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -1748,7 +1779,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(TR == 1 || (LEAN && !CS), "32-row stages: the lean producer of 16-byte units, no chunk scales");
     extern __shared__ uint4 s_dyn[];
     __shared__ StagedRouting rt;
-    if (PH == 0 && !I8) phase0_wait();  // (I8: a dependent of quantize_int8, which waited; see below)
+    if (PH == 0 && !IQ) phase0_wait();  // (IQ: a dependent of quantize_int8, which waited; see below)
 
     const int KS = blockDim.x >> 5, ks = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     const uint4* ring = s_dyn + ks * S * SU;
@@ -2005,7 +2036,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     }
     if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete, its writes visible
     // I8: quantize_int8 complete (p.xq); every kernel before it was complete when it started
-    if (PH == 0 && I8) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (PH == 0 && IQ) asm volatile("griddepcontrol.wait;" ::: "memory");
 
     for (int li = 0; li < nmine; ++li) {
         int band, c0;
@@ -2022,7 +2053,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 const int pair = rt.pairs[dx][0];
                 xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
             }
-        } else if (!I8 && g < count) {
+        } else if (!IQ && g < count) {
             const int pair = rt.pairs[dx][g];
             xrow = PH == 0 ? p.x + int64_t(pair / p.K) * p.H : p.act + int64_t(pair) * p.I;
         }
@@ -2057,6 +2088,22 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
+        // I8F: lane (g, tig) reads its 16 bytes of pair g's group u at xf8 + 4 u (null: no pair g,
+        // zeros), and the float2 of columns 2 tig + e's pairs at xfm[e] + u (a column past the
+        // item's pairs reads pair 0's: its sums are dropped)
+        const uint4* xf8 = nullptr;
+        const float2* xfm[2] = {nullptr, nullptr};
+        if constexpr (I8F) {
+            const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
+            const int ngroups = (PH == 0 ? p.T : p.T * p.K) * nunits;
+            auto group0 = [&](int q) { const int pair = rt.pairs[dx][q]; return (PH == 0 ? pair / p.K : pair) * nunits; };
+            if (count > 0) {
+                if (g < count) xf8 = reinterpret_cast<const uint4*>(xqb) + 4 * group0(g) + tig;
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    xfm[e] = reinterpret_cast<const float2*>(xqb + int64_t(ngroups) * 64) + group0(2 * tig + e < count ? 2 * tig + e : 0);
+            }
+        }
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -2071,6 +2118,37 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                     // the chunk's units; full: every unit lies in the row (kOptFull: no per-lane
                     // check, so the stage's decodes and mma chains are one block to schedule)
                     auto chunk = [&](auto full) {
+                        if constexpr (I8F) {
+                            // unit u of the chunk: lane tig decodes its word tig of rows g and g + 8
+                            // (the A fragment of k = the unit's 32 values), the hi IMMA gives column n
+                            // pair n's sum against x's hi plane, the lo IMMA (from -offset * the pair's
+                            // group sum) its lo plane's
+                            const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                            const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
+                            const uint8_t* rb[2] = {sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
+                                                    sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u)};
+#pragma unroll
+                            for (int u = 0; u < 8; ++u) {
+                                const int uj = c * 8 + u;
+                                if (!(decltype(full)::value || uj < nunits)) continue;  // (warp-uniform)
+                                uint32_t a0[2], a2[2];
+                                float us[2];
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) us[h] = Dec::decode_int8_word(rb[h], u, tig, a0[h], a2[h]);
+                                uint4 xb = make_uint4(0, 0, 0, 0);
+                                if (xf8 != nullptr) xb = __ldg(xf8 + 4 * uj);
+                                const float2 m0 = __ldg(xfm[0] + uj), m1 = __ldg(xfm[1] + uj);
+                                int hi[4] = {0, 0, 0, 0};
+                                const int o0 = -Dec::kInt8Offset * __float_as_int(m0.y), o1 = -Dec::kInt8Offset * __float_as_int(m1.y);
+                                int lo[4] = {o0, o1, o0, o1};
+                                imma_u8s8(hi, a0[0], a0[1], a2[0], a2[1], xb.x, xb.y);
+                                imma_u8s8(lo, a0[0], a0[1], a2[0], a2[1], xb.z, xb.w);
+                                acc[0][0] = fmaf(float(254 * hi[0] + lo[0]), us[0] * m0.x, acc[0][0]);
+                                acc[0][1] = fmaf(float(254 * hi[1] + lo[1]), us[0] * m1.x, acc[0][1]);
+                                acc[0][2] = fmaf(float(254 * hi[2] + lo[2]), us[1] * m0.x, acc[0][2]);
+                                acc[0][3] = fmaf(float(254 * hi[3] + lo[3]), us[1] * m1.x, acc[0][3]);
+                            }
+                        } else {
 #pragma unroll
                         for (int j = 0; j < 2; ++j) {
                             const int uj = c * 8 + tig + 4 * j;
@@ -2253,6 +2331,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 }
                             }
                         }
+                        }  // (the units of one lane: every body but I8F)
                     };
                     if constexpr (SubBlocks<Dec>::value) {  // (whole blocks: every chunk is full)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
@@ -2829,8 +2908,8 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
             if (forced || int64_t(t.per) * t.cpw < int64_t(sh.per) * sh.cpw) sh = t, nparts = n;
         }
     }
-    // phase 1 overlaps phase 0's tail; an int8 phase 0 (kOptInt8) the quantizing of x before it
-    const bool programmatic = PH == 1 || (OPT & kOptInt8) != 0 ? programmatic_launch() : phase0_programmatic();
+    // phase 1 overlaps phase 0's tail; an int8 phase 0 (kOptInt8, kOptInt8Full) the quantizing of x before it
+    const bool programmatic = PH == 1 || (OPT & (kOptInt8 | kOptInt8Full)) != 0 ? programmatic_launch() : phase0_programmatic();
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream, programmatic, p,
                   nbands, sh.cpw, nparts);
 }
@@ -3046,12 +3125,13 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
             return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn>(p, stream), true;
         }
     }
-    if constexpr (Int8Cols<Dec>::value) {  // T = 1 where the decoder says (kOptInt8): x or act quantized first
+    if constexpr (Int8Cols<Dec>::value) {  // where the decoder says (kOptInt8, T > 1 kOptInt8Full): x or act quantized first
         if (stages == 2 && Dec::int8(p, PH)) {
-            const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+            const int groups = PH == 0 ? p.T * (p.H / 32) : p.T * p.K * (p.I / 32);
             launch_kernel(quantize_int8<Int8Interleaved<Dec>::value, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
                           PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
             check_launch("int8 x kernel");
+            if (p.T > 1) return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8Full>(p, stream), true;
             return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8>(p, stream), true;
         }
     }

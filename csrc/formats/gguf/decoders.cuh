@@ -608,6 +608,20 @@ __device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
     return M::word(M::template align<4>(a));
 }
 
+// the 4 bytes at a (any alignment; shared memory, kOptInt8Full's word decodes): the aligned words
+// holding them, the second read only where a is not aligned (so no byte past them is read)
+template <class M>
+__device__ __forceinline__ uint32_t ld_word_any(const uint8_t* a) {
+    const uint32_t off = addr_low(a, 3);
+    const uint32_t* w = M::template align<4, uint32_t>(a);
+    return __funnelshift_r(M::word(w), M::word(w + (off != 0u ? 1 : 0)), 8 * off);
+}
+// the byte at a
+template <class M>
+__device__ __forceinline__ uint32_t ld_byte_any(const uint8_t* a) {
+    return (M::word(M::template align<4, uint32_t>(a)) >> (8 * addr_low(a, 3))) & 0xFFu;
+}
+
 template <int L, int A>
 __device__ __forceinline__ void span_words(const Span<L, A>& s, uint32_t (&w)[2 * Span<L, A>::N]) {
 #pragma unroll
@@ -847,12 +861,15 @@ __device__ __forceinline__ void nibbles_u8(uint32_t w, uint32_t& a0, uint32_t& a
     a0 = half(w, wx);
     a2 = half(w >> 16, wx >> 16);
 }
+// one word of a unit's nibble bytes into its two A words
+__device__ __forceinline__ void iq4nl_u8_word(uint32_t q, uint32_t& a0, uint32_t& a2) {
+    nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+               tb::iq4nl_i8_lo_negative>(q, a0, a2);
+}
 // the four words of a unit's 16 nibble bytes into the 8 A words of its 4 IMMA (a[2 s], a[2 s + 1])
 __device__ __forceinline__ void iq4nl_u8(const uint32_t (&q)[4], uint32_t (&a)[8]) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s)
-        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
-                   tb::iq4nl_i8_lo_negative>(q[s], a[2 * s], a[2 * s + 1]);
+    for (int s = 0; s < 4; ++s) iq4nl_u8_word(q[s], a[2 * s], a[2 * s + 1]);
 }
 
 // The 6-bit (scale, min) of sub-block j of Q4_K / Q5_K from the block's first 16 bytes
@@ -1040,6 +1057,13 @@ struct Block18 : WholeBlock<18, 2> {
         bytes_at<4, 8, true>(v, raw.o + 2, q);
         return half_bits(dq[0]);
     }
+    // kOptInt8Full: block u's d and its quant word w (bytes 4 w .. 4 w + 3 of qs) alone
+    template <class M>
+    __device__ static float split_word(const uint8_t* row, int u, int w, uint32_t& q) {
+        const uint8_t* b = row + 18 * u;  // 2-byte aligned
+        q = ld_word_any<M>(b + 2 + 4 * w);
+        return half_bits(M::word(M::template align<4, uint32_t>(b)) >> (8 * addr_low(b, 2)));
+    }
 };
 
 // value = d * (q - 8)
@@ -1093,6 +1117,14 @@ struct Fast<Q4_0> : Block18 {
         for (int s = 0; s < 4; ++s) a[2 * s] = q[s] & 0x0F0F0F0Fu, a[2 * s + 1] = (q[s] >> 4) & 0x0F0F0F0Fu;
         return d;
     }
+    // kOptInt8Full (T > 1): word w of the unit alone, decode_int8's a[2 w], a[2 w + 1]
+    template <class M>
+    __device__ static float decode_int8_word(const uint8_t* row, int u, int w, uint32_t& a0, uint32_t& a2) {
+        uint32_t q;
+        const float d = split_word<M>(row, u, w, q);
+        a0 = q & 0x0F0F0F0Fu, a2 = (q >> 4) & 0x0F0F0F0Fu;
+        return d;
+    }
 };
 
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
@@ -1117,6 +1149,14 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         uint32_t q[4];
         const float d = split(raw, q);
         iq4nl_u8(q, a);
+        return F == kValueV1 ? d * (1.f / kTwo62) : d;
+    }
+    // kOptInt8Full (T > 1): word w of the unit alone, decode_int8's a[2 w], a[2 w + 1]
+    template <class M>
+    __device__ static float decode_int8_word(const uint8_t* row, int u, int w, uint32_t& a0, uint32_t& a2) {
+        uint32_t q;
+        const float d = split_word<M>(row, u, w, q);
+        iq4nl_u8_word(q, a0, a2);
         return F == kValueV1 ? d * (1.f / kTwo62) : d;
     }
 };
@@ -1196,6 +1236,16 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
         const uint32_t ex = e[0] & 0xFFu;
         return ex >= 64u ? __uint_as_float((ex - 63u) << 23) : 0.f;
     }
+    // kOptInt8Full (T > 1): word w of the unit alone (17-byte blocks, any alignment), decode_int8's
+    // a[2 w], a[2 w + 1]
+    template <class M>
+    __device__ static float decode_int8_word(const uint8_t* row, int u, int w, uint32_t& a0, uint32_t& a2) {
+        const uint8_t* b = row + 17 * u;
+        nibbles_u8<tb::mxfp4_i8_lo_word0, tb::mxfp4_i8_lo_word1, tb::mxfp4_i8_hi_word0, tb::mxfp4_i8_hi_word1,
+                   tb::mxfp4_i8_lo_negative>(ld_word_any<M>(b + 1 + 4 * w), a0, a2);
+        const uint32_t ex = ld_byte_any<M>(b);
+        return ex >= 64u ? __uint_as_float((ex - 63u) << 23) : 0.f;
+    }
     // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
     __device__ static void permute(const uint32_t (&x)[16], uint32_t (&a)[16]) {
 #pragma unroll
@@ -1251,6 +1301,20 @@ struct Iq4XsFast : Iq4Values<F> {
         const float dl = d * float(ls - 32);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         iq4nl_u8(q, a);
+        return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
+    }
+    // kOptInt8Full (T > 1): word w of sub-block u alone (136-byte blocks, 8-byte aligned: the head's
+    // two words and the quant word are aligned words), decode_int8's a[2 w], a[2 w + 1]
+    template <class M>
+    __device__ static float decode_int8_word(const uint8_t* row, int u, int w, uint32_t& a0, uint32_t& a2) {
+        const uint8_t* b = row + int64_t(u >> 3) * 136;
+        const int j = u & 7;
+        const uint32_t* hw = reinterpret_cast<const uint32_t*>(b);
+        const uint32_t h0 = M::word(hw), h1 = M::word(hw + 1);
+        const float d = half_bits(h0);
+        const int ls = int(((h1 >> (4 * j)) & 15) | ((h0 >> (16 + 2 * j)) & 3) << 4);
+        iq4nl_u8_word(M::word(hw + 2 + 4 * j + w), a0, a2);
+        const float dl = d * float(ls - 32);
         return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
     }
 };
@@ -2657,7 +2721,7 @@ bool int8_for(const KernelParams& p, int phase) {
     if constexpr (!Int8Cols<Fast<T>>::value) {
         return false;
     } else {
-        if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
+        if (p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
         return Int8Default<Fast<T>>::value && staged_for_items(p, phase);
     }
@@ -2701,6 +2765,9 @@ struct StagedRows {
     static constexpr int kInt8Offset = Int8Offset<F>::value;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         return F::decode_int8(F::template load<M>(b, k), a);
+    }
+    __device__ static float decode_int8_word(const uint8_t* b, int k, int w, uint32_t& a0, uint32_t& a2) {
+        return F::template decode_int8_word<M>(b, k, w, a0, a2);
     }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };

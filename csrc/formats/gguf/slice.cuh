@@ -60,7 +60,7 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             }
         }
         // (and at T = 1 with byte columns, kOptByteCols, where FTW_GGUF_CUDA_UNITCOLS=1 asks: byte_cols_forced)
-        // (and a phase at T = 1 with int8 units, kOptInt8, where int8_for says)
+        // (and a phase at T <= 8 with int8 units, kOptInt8 / kOptInt8Full, where int8_for says)
         const bool staged = StagedPreferred<Fast<U>>::value ||
                             (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase)) || byte_cols_forced<U>(p) ||
                             int8_for<U>(p, phase);

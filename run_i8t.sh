@@ -1,0 +1,24 @@
+#!/bin/bash
+# helper I8T's device call: int8 units at T = 2..8 (kOptInt8Full)
+cd "$(dirname "$0")"
+sed -i 's/^    X(Q8_0) X(Q4_K) X(Q6_K) X(Q5_K) X(Q4_0) X(MXFP4) X(IQ4_NL) X(IQ4_XS) X(Q5_0) X(Q4_1) X(Q5_1)   \\$/    X(Q8_0) X(Q4_0) X(MXFP4) X(IQ4_NL) X(IQ4_XS)/; /^    X(Q2_K) X(Q3_K) X(IQ2_XXS) X(IQ2_XS) X(IQ3_XXS) X(IQ3_S)$/d' csrc/formats/gguf/decoders.cuh
+rm -f csrc/formats/{bf16,fp8_block,nvfp4,mxfp8,mxfp4,ds_fp4}/cuda.cu
+t0=$(date +%s)
+CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -q --no-build-isolation --no-deps --no-index -e . > $OUT/build.log 2>&1 || { tail -50 $OUT/build.log; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+P="python3 -m pytest -q -rP -p no:cacheprovider tests/test_cuda_kernels_gguf.py"
+t0=$(date +%s)
+timeout 90 $P -n 12 -k "int8" > $OUT/tests_int8.log 2>&1; echo "int8 tests rc=$? $(( $(date +%s) - t0 )) s"
+grep -E "passed|failed" $OUT/tests_int8.log | tail -3; grep -E "^FAILED|Error" $OUT/tests_int8.log | head -12
+grep -E "gguf cuda accuracy .* T=(2|3|8)" $OUT/tests_int8.log | sort | awk 'NR%4==1' | head -14
+t0=$(date +%s)
+timeout 100 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same,8 \
+  --formats gguf:Q4_0,gguf:MXFP4,gguf:IQ4_NL,gguf:IQ4_XS --variants int8-0 --json $OUT/bench.json > $OUT/bench.log 2>&1
+echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^decode|^  int8-0|T=8 same" $OUT/bench.log | sed -E "s/ +/ /g"
+t0=$(date +%s)
+timeout 60 $P -n 12 -k "(Q4_0 or MXFP4 or IQ4_NL or IQ4_XS) and not int8" > $OUT/tests_types.log 2>&1; echo "type tests rc=$? $(( $(date +%s) - t0 )) s"
+tail -1 $OUT/tests_types.log; grep -E "^FAILED" $OUT/tests_types.log | head -12
+t0=$(date +%s)
+timeout 60 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels_gguf.py \
+  -k "test_gguf_int8_units_tokens and (8 or far_apart)" > $OUT/sanitizer.log 2>&1; echo "sanitizer rc=$? $(( $(date +%s) - t0 )) s"
+grep -E "ERROR SUMMARY|passed|failed" $OUT/sanitizer.log | tail -4
