@@ -1114,6 +1114,8 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
+// kInt8WordPost (optional, 1): a factor decode_int8_word's scales leave out, on the item's sums
+FTW_OPTIONAL_MEMBER(Int8WordPost, kInt8WordPost, float, 1.f);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -2088,9 +2090,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
-        // I8F: lane (g, tig) reads its 16 bytes of pair g's group u at xf8 + 4 u (null: no pair g,
-        // zeros), and the float2 of columns 2 tig + e's pairs at xfm[e] + u (a column past the
-        // item's pairs reads pair 0's: its sums are dropped)
+        // I8F: lane (g, tig) reads its 16 bytes of pair g's group u at xf8 + 4 u, and the float2 of
+        // columns 2 tig + e's pairs at xfm[e] + u (a column past the item's pairs reads pair 0's: its
+        // sums are dropped; so every load is unpredicated)
         const uint4* xf8 = nullptr;
         const float2* xfm[2] = {nullptr, nullptr};
         if constexpr (I8F) {
@@ -2098,7 +2100,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             const int ngroups = (PH == 0 ? p.T : p.T * p.K) * nunits;
             auto group0 = [&](int q) { const int pair = rt.pairs[dx][q]; return (PH == 0 ? pair / p.K : pair) * nunits; };
             if (count > 0) {
-                if (g < count) xf8 = reinterpret_cast<const uint4*>(xqb) + 4 * group0(g) + tig;
+                xf8 = reinterpret_cast<const uint4*>(xqb) + 4 * group0(g < count ? g : 0) + tig;
 #pragma unroll
                 for (int e = 0; e < 2; ++e)
                     xfm[e] = reinterpret_cast<const float2*>(xqb + int64_t(ngroups) * 64) + group0(2 * tig + e < count ? 2 * tig + e : 0);
@@ -2127,7 +2129,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                             const uint8_t* rb[2] = {sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                     sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u)};
-#pragma unroll
+                            // 4 units at a time: the 8 at once spilled (Q4_0: 130 STL, 232 LDL in phase 0's
+                            // kernel; its loads hoisted over every unit)
+#pragma unroll 4
                             for (int u = 0; u < 8; ++u) {
                                 const int uj = c * 8 + u;
                                 if (!(decltype(full)::value || uj < nunits)) continue;  // (warp-uniform)
@@ -2135,8 +2139,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 float us[2];
 #pragma unroll
                                 for (int h = 0; h < 2; ++h) us[h] = Dec::decode_int8_word(rb[h], u, tig, a0[h], a2[h]);
-                                uint4 xb = make_uint4(0, 0, 0, 0);
-                                if (xf8 != nullptr) xb = __ldg(xf8 + 4 * uj);
+                                const uint4 xb = __ldg(xf8 + 4 * uj);
                                 const float2 m0 = __ldg(xfm[0] + uj), m1 = __ldg(xfm[1] + uj);
                                 int hi[4] = {0, 0, 0, 0};
                                 const int o0 = -Dec::kInt8Offset * __float_as_int(m0.y), o1 = -Dec::kInt8Offset * __float_as_int(m1.y);
@@ -2417,6 +2420,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 acc[tt][2] = acc[tt][3] = v1;
             }
         }
+        // I8F: the factor the unit scales left out, once per item
+        if constexpr (I8F && Int8WordPost<Dec>::value != 1.f)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[0][i] *= Int8WordPost<Dec>::value;
         // The item's K-split reduction into warp 0, then its epilogue (the others run on).
         if (KS > 1) {
             __syncthreads();  // warp 0 is done with the previous item's partials

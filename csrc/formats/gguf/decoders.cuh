@@ -1157,8 +1157,9 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         uint32_t q;
         const float d = split_word<M>(row, u, w, q);
         iq4nl_u8_word(q, a0, a2);
-        return F == kValueV1 ? d * (1.f / kTwo62) : d;
+        return d;
     }
+    static constexpr float kInt8WordPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;  // (on the item's sums)
 };
 template <>
 struct Fast<IQ4_NL> : Iq4NlFast<kValueV1> {};
@@ -1314,8 +1315,8 @@ struct Iq4XsFast : Iq4Values<F> {
         const float d = half_bits(h0);
         const int ls = int(((h1 >> (4 * j)) & 15) | ((h0 >> (16 + 2 * j)) & 3) << 4);
         iq4nl_u8_word(M::word(hw + 2 + 4 * j + w), a0, a2);
-        const float dl = d * float(ls - 32);
-        return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
+        // d over the post first (exact: a power of 2), once per block for its 8 sub-blocks
+        return (F == kValueV1 ? d * (1.f / kTwo62) : d) * float(ls - 32);
     }
 };
 template <>
@@ -2769,6 +2770,7 @@ struct StagedRows {
     __device__ static float decode_int8_word(const uint8_t* b, int k, int w, uint32_t& a0, uint32_t& a2) {
         return F::template decode_int8_word<M>(b, k, w, a0, a2);
     }
+    static constexpr float kInt8WordPost = Int8WordPost<F>::value;
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
