@@ -1057,12 +1057,21 @@ struct Block18 : WholeBlock<18, 2> {
         bytes_at<4, 8, true>(v, raw.o + 2, q);
         return half_bits(dq[0]);
     }
-    // kOptInt8Full: block u's d and its quant word w (bytes 4 w .. 4 w + 3 of qs) alone
+    // kOptInt8Full: block u's d and its quant word w (bytes 4 w .. 4 w + 3 of qs) alone, from the
+    // aligned words W of a row whose blocks are 2-byte aligned (rr = 1: row at 2 mod 4). Block u
+    // starts at byte 2 rr + 18 u, so at word 9 u / 2 + (u odd ? rr : 0), in its high half where par =
+    // (rr + u) % 2 is 1; its quant word w is the 4 bytes from 2 + 4 w there, word w + par there
+    // shifted 16 (par 0) or 32 (funnelshift_rc: the high word, par 1). rr, W and the shifts depend
+    // on the row alone (found once for a chunk's units); per unit: 3 LDS at fixed offsets and a
+    // funnel shift, where loading each word at any address took twice the instructions
     template <class M>
     __device__ static float split_word(const uint8_t* row, int u, int w, uint32_t& q) {
-        const uint8_t* b = row + 18 * u;  // 2-byte aligned
-        q = ld_word_any<M>(b + 2 + 4 * w);
-        return half_bits(M::word(M::template align<4, uint32_t>(b)) >> (8 * addr_low(b, 2)));
+        const uint32_t rr = addr_low(row, 2) >> 1;
+        const uint32_t* W = M::template align<4, uint32_t>(row);
+        const uint32_t* P = W + (9 * u >> 1) + ((u & 1) != 0 ? rr : 0u);
+        const uint32_t par = (u & 1) != 0 ? 1u - rr : rr;
+        q = __funnelshift_rc(M::word(P + w), M::word(P + w + 1), 16u + 16u * par);
+        return half_bits(M::word(P) >> (16u * par));
     }
 };
 
