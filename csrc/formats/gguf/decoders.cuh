@@ -608,20 +608,6 @@ __device__ __forceinline__ uint32_t ld_word_at(const uint8_t* a) {
     return M::word(M::template align<4>(a));
 }
 
-// the 4 bytes at a (any alignment; shared memory, kOptInt8Full's word decodes): the aligned words
-// holding them, the second read only where a is not aligned (so no byte past them is read)
-template <class M>
-__device__ __forceinline__ uint32_t ld_word_any(const uint8_t* a) {
-    const uint32_t off = addr_low(a, 3);
-    const uint32_t* w = M::template align<4, uint32_t>(a);
-    return __funnelshift_r(M::word(w), M::word(w + (off != 0u ? 1 : 0)), 8 * off);
-}
-// the byte at a
-template <class M>
-__device__ __forceinline__ uint32_t ld_byte_any(const uint8_t* a) {
-    return (M::word(M::template align<4, uint32_t>(a)) >> (8 * addr_low(a, 3))) & 0xFFu;
-}
-
 template <int L, int A>
 __device__ __forceinline__ void span_words(const Span<L, A>& s, uint32_t (&w)[2 * Span<L, A>::N]) {
 #pragma unroll
@@ -1246,14 +1232,19 @@ struct Mxfp4Fast : WholeBlock<17, 1> {
         const uint32_t ex = e[0] & 0xFFu;
         return ex >= 64u ? __uint_as_float((ex - 63u) << 23) : 0.f;
     }
-    // kOptInt8Full (T > 1): word w of the unit alone (17-byte blocks, any alignment), decode_int8's
-    // a[2 w], a[2 w + 1]
+    // kOptInt8Full (T > 1): word w of the unit alone, decode_int8's a[2 w], a[2 w + 1]. Block u starts
+    // at byte r + 17 u = 16 u + t (r: the row's address mod 4, t = r + u) of the row's aligned words,
+    // in word P = 4 u + t / 4 at byte t % 4; its quant word w is words w and w + 1 from P shifted
+    // 8 (t % 4 + 1) (funnelshift_rc: 32, the high word, where t % 4 = 3), both words holding bytes
+    // of the chunk. Per unit: 3 LDS at offsets fixed for the row and a funnel shift
     template <class M>
     __device__ static float decode_int8_word(const uint8_t* row, int u, int w, uint32_t& a0, uint32_t& a2) {
-        const uint8_t* b = row + 17 * u;
+        const uint32_t t = addr_low(row, 3) + uint32_t(u);  // (t % 4 and t / 4: r + 17 u's, as 17 u = 16 u + u)
+        const uint32_t* P = M::template align<4, uint32_t>(row) + 4 * u + (t >> 2);
+        const uint32_t sh = 8u * (t & 3u);
         nibbles_u8<tb::mxfp4_i8_lo_word0, tb::mxfp4_i8_lo_word1, tb::mxfp4_i8_hi_word0, tb::mxfp4_i8_hi_word1,
-                   tb::mxfp4_i8_lo_negative>(ld_word_any<M>(b + 1 + 4 * w), a0, a2);
-        const uint32_t ex = ld_byte_any<M>(b);
+                   tb::mxfp4_i8_lo_negative>(__funnelshift_rc(M::word(P + w), M::word(P + w + 1), sh + 8u), a0, a2);
+        const uint32_t ex = (M::word(P) >> sh) & 0xFFu;
         return ex >= 64u ? __uint_as_float((ex - 63u) << 23) : 0.f;
     }
     // x's pairs X[m] = (x_2m, x_2m+1) into decode's order above
@@ -2712,8 +2703,9 @@ bool byte_cols_forced(const KernelParams& p) {
 }
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
-// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS) at T = 1, with x (phase 0) or act (phase 1) quantized
-// per 32-value group into the workspace first (quantize_int8); the phase then decodes staged also
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS) at T = 1, and at T = 2..8 (kOptInt8Full: a unit per
+// quad, a pair per column), with x (phase 0) or act (phase 1) quantized per token (pair) and 32-value
+// group into the workspace first (quantize_int8); the phase then decodes staged also
 // where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it,
 // =gate_up / =down in that phase only, =0 never; unset where Fast<T>::kInt8Default says and the phase
 // has many items (staged_for_items: at least FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when
@@ -2768,8 +2760,8 @@ struct StagedRows {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
-    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
-    // says for the phase
+    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS; at T = 2..8 kOptInt8Full,
+    // by decode_int8_word), where int8_for<T> says for the phase
     static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value;
     static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
     static constexpr int kInt8Offset = Int8Offset<F>::value;
