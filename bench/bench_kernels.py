@@ -139,7 +139,8 @@ VARIANTS["gguf-staged-values-0"] = {"FTW_GGUF_CUDA_DECODER": "staged", "FTW_GGUF
 # the scales on the float32 sums) or without them (=0: the decode before); the default takes them
 # where the staged kernel runs (Fast<T>::kByteColsDefault)
 VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("0", "1")})
-# gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both
+# gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with int8 units (kOptInt8; at T = 2..8 kOptInt8Full, only
+# where the switch asks; FTW_GGUF_CUDA_INT8=1 both
 # phases, =gate_up / =down one: staged also where the default is register-fed, x or act quantized per
 # 32-value group into int8 hi and lo planes before the phase, the units on mma m16n8k32 u8 x s8) or
 # without them (=0)

@@ -1054,8 +1054,12 @@ constexpr int kOptInt8 = 65536;
 //                  (the lo one starting from -offset * the pair's group sum), then per C value 254 S_hi
 //                  + S_lo, one I2F and one FFMA by the row's unit scale times the pair's s / 254.
 //                  x and act quantized per token (pair) and group by quantize_int8 as for kOptInt8, in
-//                  its T > 1 order (a lane's four B words in one 16-byte load). Where the decoder's
-//                  int8 says (launch_byte_stream; FTW_GGUF_CUDA_INT8 as at T = 1)
+//                  its T > 1 order (a lane's four B words in one 16-byte load). Only where
+//                  FTW_GGUF_CUDA_INT8 asks (int8_for): measured slower on the H200 (docs/BENCHMARKS.md
+//                  "I8T", deepseek-v3, T = 8 same experts, us: Q4_0 104.6 -> 143.6, MXFP4 117.7 ->
+//                  161.4, IQ4_NL 134.3 -> 151.1, IQ4_XS 125.3 -> 145.2), though fewer instructions: per
+//                  chunk and lane 8 LDG.128 of x, 16 LDG.64 of x's scales and 48 LDS of weight words
+//                  and scales, about twice the memory instructions of the bf16 body
 constexpr int kOptInt8Full = 131072;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)

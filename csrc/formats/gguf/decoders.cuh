@@ -2704,11 +2704,11 @@ bool byte_cols_forced(const KernelParams& p) {
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
 // Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS) at T = 1, and at T = 2..8 (kOptInt8Full: a unit per
-// quad, a pair per column), with x (phase 0) or act (phase 1) quantized per token (pair) and 32-value
-// group into the workspace first (quantize_int8); the phase then decodes staged also
-// where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases wherever T has it,
-// =gate_up / =down in that phase only, =0 never; unset where Fast<T>::kInt8Default says and the phase
-// has many items (staged_for_items: at least FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when
+// quad, a pair per column; only where FTW_GGUF_CUDA_INT8 asks), with x (phase 0) or act (phase 1)
+// quantized per token (pair) and 32-value group into the workspace first (quantize_int8); the phase
+// then decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
+// wherever T has it, =gate_up / =down in that phase only, =0 never (at every T <= 8); unset at T = 1
+// where Fast<T>::kInt8Default says and the phase has many items (staged_for_items: at least FTW_GGUF_CUDA_STAGED_ITEMS, 12, 16-row items per SM when
 // every token picks the same experts). As measured on the H200 (docs/BENCHMARKS.md "I8"; T = 1, x the
 // ceiling, both phases against the defaults before, one run): deepseek-v3 (both phases many items)
 // Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 -> 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b
@@ -2725,7 +2725,9 @@ bool int8_for(const KernelParams& p, int phase) {
     } else {
         if (p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        return Int8Default<Fast<T>>::value && staged_for_items(p, phase);
+        // T = 2..8 (kOptInt8Full) only where asked: measured slower than the default it would replace
+        // (H200, docs/BENCHMARKS.md "I8T": deepseek-v3 T = 8 same experts Q4_0 104.6 -> 143.6 us)
+        return p.T == 1 && Int8Default<Fast<T>>::value && staged_for_items(p, phase);
     }
 }
 
