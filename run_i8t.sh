@@ -12,7 +12,7 @@ timeout 70 $P -n 14 -k "int8" > $OUT/tests_int8.log 2>&1; echo "int8 tests rc=$?
 grep -E "passed|failed" $OUT/tests_int8.log | tail -2; grep -E "^FAILED|^E  " $OUT/tests_int8.log | head -10
 grep -E "gguf cuda accuracy .* T=8" $OUT/tests_int8.log | sed -E 's/^.*gguf cuda accuracy //' | sort | head -16
 t0=$(date +%s)
-timeout 85 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same,8 \
+timeout 85 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same,8indep \
   --formats gguf:Q4_0,gguf:MXFP4,gguf:IQ4_NL,gguf:IQ4_XS --variants int8-0 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^decode|^  int8-0|T=8 same" $OUT/bench.log | sed -E "s/ +/ /g; s/ceiling //g"
 t0=$(date +%s)
