@@ -155,6 +155,33 @@ def run(name, opts, banks, x, ids, wts, act, view=None, **kw):
     return ce.experts_forward(view, x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(), act, **kw)
 
 
+def run_back_to_back(view, steps, act, ws, graph: bool) -> None:
+    """Steps [(x, x64, ids, wts, ids_d, wts_d, out), ...] launched back to back on one stream
+    sharing the workspace `ws`, eagerly or captured in a CUDA graph and replayed once (the
+    kernels' first launches, lazy module loading, run outside the capture); outputs into each out."""
+
+    def launch():
+        for x, _, _, _, ids_d, wts_d, out in steps:
+            ce.experts_forward(view, x, ids_d, wts_d, act, out=out, ws=ws, check=False)
+
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            launch()
+        torch.cuda.current_stream().wait_stream(s)
+        for *_, out in steps:
+            out.fill_(float("nan"))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            launch()
+        g.replay()
+    else:
+        launch()
+    torch.cuda.synchronize()
+    assert ce.read_error(ws) is None
+
+
 ACTS = {
     "silu": Activation("silu"),
     "silu_limit": Activation("silu", limit=10.0),

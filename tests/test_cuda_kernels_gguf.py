@@ -41,6 +41,8 @@ from ftw.formats import Activation, LayerFormat, get_format  # noqa: E402
 from ftw.formats.ggml_types import ggml_type_named  # noqa: E402
 from ftw.runtime import cuda_experts as ce  # noqa: E402
 
+from test_cuda_kernels import run_back_to_back  # noqa: E402
+
 if "gguf" not in ce.cuda_formats():
     pytest.skip("ftw._runtime was built without the gguf CUDA kernels", allow_module_level=True)
 
@@ -662,27 +664,7 @@ def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
         steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
                       torch.full((1, H), float("nan"), dtype=torch.float32, device="cuda")))
     ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(1, K, I, E, H), dtype=torch.uint8, device="cuda")
-
-    def launch():
-        for x, _, _, _, ids_d, wts_d, out in steps:
-            ce.experts_forward(view, x, ids_d, wts_d, SILU, out=out, ws=ws, check=False)
-
-    if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            launch()  # the kernels' first launches outside the capture
-        torch.cuda.current_stream().wait_stream(s)
-        for *_, out in steps:
-            out.fill_(float("nan"))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            launch()
-        g.replay()
-    else:
-        launch()
-    torch.cuda.synchronize()
-    assert ce.read_error(ws) is None
+    run_back_to_back(view, steps, SILU, ws, graph)
     errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
     print(f"gguf cuda accuracy {name} int8 back to back pdl0={pdl0} graph={graph}: {max(errs):.2e}")
     assert max(errs) < REL_TOL, errs

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from test_cuda_kernels import ACTS, Reference, bf16_x, make_banks, rel_err, routing, tol  # noqa: E402
+from test_cuda_kernels import (  # noqa: E402
+    ACTS, Reference, bf16_x, make_banks, rel_err, routing, run_back_to_back, tol)
 
 from ftw.formats import LayerFormat  # noqa: E402
 from ftw.runtime import cuda_experts as ce  # noqa: E402
@@ -48,27 +49,7 @@ def run_steps(name, T, graph, seed):
         steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
                       torch.full((T, H), float("nan"), dtype=torch.float32, device="cuda")))
     ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
-
-    def launch():
-        for x, _, _, _, ids_d, wts_d, out in steps:
-            ce.experts_forward(view, x, ids_d, wts_d, act, out=out, ws=ws, check=False)
-
-    if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            launch()  # the kernels' first launches (lazy module loading) outside the capture
-        torch.cuda.current_stream().wait_stream(s)
-        for *_, out in steps:
-            out.fill_(float("nan"))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            launch()
-        g.replay()
-    else:
-        launch()
-    torch.cuda.synchronize()
-    assert ce.read_error(ws) is None
+    run_back_to_back(view, steps, act, ws, graph)
     return [rel_err(out, ref.forward(x64, ids, wts, act)) for _, x64, ids, wts, _, _, out in steps], tol(name)
 
 
