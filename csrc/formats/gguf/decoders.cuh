@@ -1233,22 +1233,22 @@ struct Iq4XsFast : Iq4Values<F> {
         const uint2* q = reinterpret_cast<const uint2*>(b + 8 + 16 * j);
         return {M::stream8(b), M::stream8(q), M::stream8(q + 1), uint32_t(j)};
     }
-    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
+    // sub-block j's scale, d * (ls - 32), ls its 6 bits (4 in scales_l, 2 in scales_h)
+    __device__ static float sub_block_scale(const Raw& raw) {
         const int j = int(raw.j);
         const float d = half_bits(raw.head.x);
         const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
-        const float dl = d * float(ls - 32);
+        return d * float(ls - 32);
+    }
+    __device__ static void decode(const Raw& raw, uint32_t (&w)[16]) {
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
-        Iq4Values<F>::values(q, dl, w);
+        Iq4Values<F>::values(q, sub_block_scale(raw), w);
     }
     // the staged kernel's int8 unit at T = 1 (kOptInt8), as IQ4_NL's with the sub-block's d * (ls - 32)
     static constexpr bool kInt8 = true, kInt8Interleaved = true, kInt8Default = true;
     static constexpr int kInt8Offset = 128;
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
-        const int j = int(raw.j);
-        const float d = half_bits(raw.head.x);
-        const int ls = int(((raw.head.y >> (4 * j)) & 15) | ((raw.head.x >> (16 + 2 * j)) & 3) << 4);
-        const float dl = d * float(ls - 32);
+        const float dl = sub_block_scale(raw);
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         iq4nl_u8(q, a);
         return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
