@@ -700,14 +700,6 @@ def test_gguf_int8_sums(name, size, monkeypatch):
     int8_pair((name, name, name), size, [41, INT8_SUMS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
 
 
-@pytest.mark.parametrize("stages", ["3", "4"])
-@pytest.mark.parametrize("name", INT8_SUMS)
-def test_gguf_int8_sums_stages(name, stages, monkeypatch):
-    """The int8 phase 0 in a ring of 3 or 4 stages (FTW_GGUF_CUDA_INT8_STAGES)."""
-    monkeypatch.setenv("FTW_GGUF_CUDA_INT8_STAGES", stages)
-    int8_pair((name, name, name), "chunks", [47, INT8_SUMS.index(name), int(stages)], monkeypatch)
-
-
 @pytest.mark.parametrize("down", ["other", "Q8_0"])
 @pytest.mark.parametrize("name", INT8_SUMS)
 def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):

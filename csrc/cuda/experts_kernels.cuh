@@ -3119,8 +3119,9 @@ bool staged_lanes16(const KernelParams& p) {
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
 // decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
 // decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says; phase 0's
-// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages (3 or 4 with
-// FTW_GGUF_CUDA_INT8_STAGES), after quantize_int8.
+// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages, after quantize_int8
+// (rings of 3 or 4 stages measured slower: deepseek-v3 T = 1 up to 4% and 3-6%; docs/BENCHMARKS.md
+// "I8K", commit 2043bc8 has the switch).
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
@@ -3131,12 +3132,7 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
             if (stages == 2 && Dec::int8(p, PH)) {
                 launch_kernel(quantize_int8<false, 0>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
                 check_launch("int8 x kernel");
-                // (FTW_GGUF_CUDA_INT8_STAGES=3|4: a ring of 3 or 4 stages, more chunks in flight per warp
-                // beside the shorter body)
-                constexpr int kI8S = OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums;
-                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "3")) return launch_staged_opt<Dec, PH, 3, kI8S>(p, stream), true;
-                if (env_is("FTW_GGUF_CUDA_INT8_STAGES", "4")) return launch_staged_opt<Dec, PH, 4, kI8S>(p, stream), true;
-                return launch_staged_opt<Dec, PH, 2, kI8S>(p, stream), true;
+                return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums>(p, stream), true;
             }
         }
         if (stages == 2 && staged_one_column(p, PH)) {
