@@ -648,9 +648,8 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
     by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
-    tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance. (Written
-    after the helper's device calls: not yet run on a GPU by its author; Q5_K, phase 0 on int8
-    sub-block sums, added by helper I8K, likewise not run.)"""
+    tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance (Q5_K:
+    phase 0 on int8 sub-block sums)."""
     monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
     monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
     H, I, E, K = INT8_SIZES["partial" if name in INT8 else "small"]  # noqa: E741  (K-quants: whole blocks)
