@@ -3122,6 +3122,16 @@ bool staged_lanes16(const KernelParams& p) {
 // kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages, after quantize_int8
 // (rings of 3 or 4 stages measured slower: deepseek-v3 T = 1 up to 4% and 3-6%; docs/BENCHMARKS.md
 // "I8K", commit 2043bc8 has the switch).
+// x (phase 0) or act (phase 1) in integers for the int8 bodies (kOptInt8, kOptInt8Sums), launched
+// just before the phase, which is its programmatic dependent
+template <bool Interleaved, int PH>
+void launch_quantize_int8(const KernelParams& p, cudaStream_t stream) {
+    const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+    launch_kernel(quantize_int8<Interleaved, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
+                  PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
+    check_launch("int8 x kernel");
+}
+
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
@@ -3130,8 +3140,7 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
         // phase 0 at T = 1 where the decoder's int8 says (kOptInt8Sums, Q4_K / Q5_K): x quantized first
         if constexpr (Int8Sums<Dec>::value && LaneBlocks<Dec>::value && PH == 0 && (OPT & kOptWholeCopy) != 0) {
             if (stages == 2 && Dec::int8(p, PH)) {
-                launch_kernel(quantize_int8<false, 0>, dim3((p.H / 32 + 3) / 4), dim3(128), 0, stream, phase0_programmatic(), p);
-                check_launch("int8 x kernel");
+                launch_quantize_int8<false, 0>(p, stream);
                 return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums>(p, stream), true;
             }
         }
@@ -3147,10 +3156,7 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
     }
     if constexpr (Int8Cols<Dec>::value) {  // T = 1 where the decoder says (kOptInt8): x or act quantized first
         if (stages == 2 && Dec::int8(p, PH)) {
-            const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
-            launch_kernel(quantize_int8<Int8Interleaved<Dec>::value, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
-                          PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
-            check_launch("int8 x kernel");
+            launch_quantize_int8<Int8Interleaved<Dec>::value, PH>(p, stream);
             return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8>(p, stream), true;
         }
     }
