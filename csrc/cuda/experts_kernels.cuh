@@ -2158,7 +2158,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
         // I8S: the same B lanes and planes of x (phase 1: the item's pair's act; the groups
-        // staged_sub_block_int8 says), every lane its groups' float2 pairs at xm4 + 4 c
+        // staged_sub_block_int8 says), every lane its groups' float2 pairs at xm4 + 4 c (kOptLanes16's
+        // body; the one-column body's, phase 0 only, finds them at p.xq's end itself)
         const float4* xm4 = nullptr;
         if constexpr (I8S) {
             const int gb = PH == 0 || count == 0 ? 0 : rt.pairs[dx][0] * (in / 32);  // the item's first group
@@ -2386,8 +2387,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         } else if constexpr ((OPT & kOptOneColumn) != 0) {
                             if (count == 1) {  // (warp-uniform)
                                 if constexpr (I8S)  // the B lanes (2 tig + h, tig): x's plane h, from p.xq
-                                    staged_sub_block_int8<Dec>(b0, b1, xq8 != nullptr ? xq8 + 32 * c : nullptr, xm4 + 4 * c,
-                                                               tig, acc[0]);
+                                    staged_sub_block_int8<Dec>(
+                                        b0, b1, xq8 != nullptr ? xq8 + 32 * c : nullptr,
+                                        reinterpret_cast<const float4*>(p.xq + int64_t(p.H / 32) * 64) + 4 * c, tig, acc[0]);
                                 else if constexpr ((OPT & kOptLaneCols) != 0)  // the B lanes (2 tig + e, tig): x
                                     staged_sub_block_lane_cols<Dec>(
                                         b0, b1, (g >> 1) == tig ? xsub + int64_t(c) * 256 + 32 * g : lane_zeros(), tig, acc[0]);
