@@ -608,7 +608,10 @@ INT8_SIZES = {"small": (512, 256, 8, 4), "partial": (352, 160, 8, 4), "chunks": 
 
 
 def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
-    """default: the way (a value of FTW_GGUF_CUDA_INT8) that the switch unset must take, bit for bit."""
+    """default: {FTW_GGUF_CUDA_STAGED_ITEMS: the way (a value of FTW_GGUF_CUDA_INT8) the switch unset
+    takes}. Two runs of one way agree to float32's rounding of the K pairs' sums, which add into out
+    by atomics in any order, not bit for bit: the default's output is to be 10x nearer that way's than
+    the bf16 and int8 ways are to each other."""
     H, I, E, K = INT8_SIZES[size]  # noqa: E741
     rng = np.random.default_rng(seed)
     opts, banks = gguf_layer(types, H, I, E, rng) if rows is None else rows(H, I, E, rng)
@@ -629,7 +632,12 @@ def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
     if default is not None:
         monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
-        assert torch.equal(run(opts, banks, x, ids, wts), outs[default]), f"{types} {size}: the default is not {default}"
+        gap = float((outs["0"] - outs["1"]).norm())
+        for items, want in default.items():
+            monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
+            near = float((run(opts, banks, x, ids, wts) - outs[want]).norm())
+            print(f"gguf cuda int8 default {'/'.join(types)} {size} items={items}: {near:.2e} from {want}, gap {gap:.2e}")
+            assert near < 0.1 * gap, f"{types} {size} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
 
 
 @pytest.mark.parametrize("size", list(INT8_SIZES))
@@ -718,10 +726,12 @@ def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
 # quantized as for the int8 units, the mins by a second IMMA chain of the sub-blocks' m against the
 # same x, d and dmin on the int32 sums. As int8_pair (within the tolerance, no less accurate than the
 # lanes16 body, not identical to it in either phase), and the default (unset) is the way
-# INT8_DEFAULT names, bit for bit. Rows of 2 and 3 blocks (gate_up rows of 252 bytes: rows on 4
+# INT8_DEFAULT names. Rows of 2 and 3 blocks (gate_up rows of 252 bytes: rows on 4
 # bytes, not 16), 8 blocks over more items than blocks; down of Q6_K and Q8_0 (their own kernels).
 INT8_SUMS16 = ["Q2_K"]
-INT8_DEFAULT = {"Q2_K": "0"}
+# the default: int8 where a phase has many 16-row items per SM (FTW_GGUF_CUDA_STAGED_ITEMS, 12 unset:
+# "0" every phase has, "1000000" none has)
+INT8_DEFAULT = {"Q2_K": {"0": "1", "1000000": "0"}}
 
 
 @pytest.mark.parametrize("size", ["small", "xs", "chunks"])

@@ -1880,6 +1880,9 @@ struct Q2KFast {
     // whose int32 sum per unit is sum m (254 hi + lo) over the unit: dmin times it is the unit's
     // min term, exact in the integers (no sums of x per 16 values needed from quantize_int8).
     static constexpr bool kInt8Sums = true, kInt8SumsDown = true, kInt8Mins16 = true;
+    // by default where a phase has many items (int8_for): deepseek-v3 0.40 -> 0.46 of the ceiling at
+    // T = 1, qwen3-30b-a3b 2% slower (docs/BENCHMARKS.md "Q2")
+    static constexpr bool kInt8Default = true, kInt8DefaultManyItems = true;
     struct LaneHeadInt8 {
         float d, dmin;
         uint32_t mn;  // unit 2 tig + e's sub-block t's min in byte 2 e + t
@@ -2750,7 +2753,12 @@ bool byte_cols_forced(const KernelParams& p) {
 // run): deepseek-v3 (both phases many items) Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 ->
 // 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 ->
 // 0.32, 0.38 -> 0.34 (read at every launch)
+// Q2_K's unit sums (kInt8DefaultManyItems: kOptInt8's rule for a kOptInt8Sums decoder) where the
+// phase has many items, so at deepseek-v3 and not at qwen3-30b-a3b, as measured (docs/BENCHMARKS.md
+// "Q2"; H200, T = 1, x the ceiling, both phases against the lanes16 body in one run: deepseek-v3
+// 71.7 -> 62.8 us, 0.40 -> 0.46; qwen3-30b-a3b 17.8 -> 18.1 us, gate_up alone 19.0).
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+FTW_OPTIONAL_MEMBER(Int8DefaultManyItems, kInt8DefaultManyItems, bool, false);
 inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
     return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
@@ -2764,7 +2772,8 @@ bool int8_for(const KernelParams& p, int phase) {
         // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K)
         if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && phase != 0) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
+        constexpr bool many = Int8Cols<Fast<T>>::value || Int8DefaultManyItems<Fast<T>>::value;
+        return Int8Default<Fast<T>>::value && (!many || staged_for_items(p, phase));
     }
 }
 
