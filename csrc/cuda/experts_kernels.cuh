@@ -1057,7 +1057,11 @@ constexpr int kOptInt8 = 65536;
 //                  says (launch_byte_stream; FTW_GGUF_CUDA_INT8, Fast<Q5_K>::kInt8Default). SASS per
 //                  chunk body (sm_90): Q4_K 230 -> 146-150 (HMMA 24 -> IMMA 8), Q5_K 301 -> 233-238;
 //                  H200 T = 1 (docs/BENCHMARKS.md "I8K"): deepseek-v3 Q4_K 80.0 -> 78.8 us, Q5_K 95.9
-//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9
+//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9. With kOptLanes16 (gguf
+//                  Q2_K: kInt8Mins16, both phases): lane tig's 32-value units 2 tig + e as u8 sc q (the
+//                  16-value sub-blocks' scales in the integers), the mins by a second IMMA chain;
+//                  SASS (phase 0 kernel) 3346 -> 3270, chunk body 248 -> ~215; H200 T = 1 ("Q2"):
+//                  deepseek-v3 71.7 -> 62.8 us (0.40 -> 0.46), qwen3-30b-a3b 17.8 -> 18.1
 constexpr int kOptInt8Sums = 524288;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
