@@ -142,7 +142,8 @@ VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("
 # gguf Q4_0 / MXFP4 / IQ4_NL / IQ4_XS at T = 1 with int8 units (kOptInt8; FTW_GGUF_CUDA_INT8=1 both
 # phases, =gate_up / =down one: staged also where the default is register-fed, x or act quantized per
 # 32-value group into int8 hi and lo planes before the phase, the units on mma m16n8k32 u8 x s8) or
-# without them (=0); Q4_K / Q5_K phase 0 on int8 sub-block sums likewise (kOptInt8Sums, =1 or =gate_up)
+# without them (=0); Q4_K / Q5_K phase 0 on int8 sub-block sums likewise (kOptInt8Sums, =1 or =gate_up),
+# Q2_K both phases on int8 unit sums (kOptInt8Sums in kOptLanes16's kernel, =1, =gate_up, =down)
 VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gate_up", "down")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}

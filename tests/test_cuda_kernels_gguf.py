@@ -367,6 +367,7 @@ def test_lane_blocks16_body(types, T, size, lanes, monkeypatch):
     (H = 2048: the per-item quad sums before the warps' reduction), gate_up and down of different
     types."""
     monkeypatch.setenv("FTW_CUDA_STAGED_LANES6", lanes)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (Q2_K at T = 1 may take its int8 body: test_gguf_int8_sums16)
     size = {"H": 768, "I": 512, "E": 16, "K": 2} | size
     check(types, T, [29, T, sum(map(ord, "".join(types))), size["H"]], **size)  # the same data for every body
 
@@ -606,7 +607,11 @@ INT8_SIZES = {"small": (512, 256, 8, 4), "partial": (352, 160, 8, 4), "chunks": 
               "xs": (768, 256, 8, 4)}
 
 
-def int8_pair(types, size, seed, monkeypatch, rows=None):
+def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
+    """default: {FTW_GGUF_CUDA_STAGED_ITEMS: the way (a value of FTW_GGUF_CUDA_INT8) the switch unset
+    takes}. Two runs of one way agree to float32's rounding of the K pairs' sums, which add into out
+    by atomics in any order, not bit for bit: the default's output is to be 10x nearer that way's than
+    the bf16 and int8 ways are to each other."""
     H, I, E, K = INT8_SIZES[size]  # noqa: E741
     rng = np.random.default_rng(seed)
     opts, banks = gguf_layer(types, H, I, E, rng) if rows is None else rows(H, I, E, rng)
@@ -623,8 +628,16 @@ def int8_pair(types, size, seed, monkeypatch, rows=None):
     for v in ("1", "gate_up", "down"):
         assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
-        if v != "down" or types[2] in INT8:
+        if v != "down" or types[2] in INT8 + INT8_SUMS16:
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
+    if default is not None:
+        monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
+        gap = float((outs["0"] - outs["1"]).norm())
+        for items, want in default.items():
+            monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
+            near = float((run(opts, banks, x, ids, wts) - outs[want]).norm())
+            print(f"gguf cuda int8 default {'/'.join(types)} {size} items={items}: {near:.2e} from {want}, gap {gap:.2e}")
+            assert near < 0.1 * gap, f"{types} {size} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
 
 
 @pytest.mark.parametrize("size", list(INT8_SIZES))
@@ -644,16 +657,16 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("pdl0", ["1", "0"])
-@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "Q5_K"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_NL", "Q5_K", "Q2_K"])
 def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     """Steps launched back to back on one stream sharing one workspace (its int8 x and act rewritten
     by every step's quantize_int8 launches while the step before may still run, FTW_CUDA_PDL0=1 as
     tests/test_cuda_pdl0.py), eagerly and in a CUDA graph; every output within the tolerance (Q5_K:
-    phase 0 on int8 sub-block sums)."""
+    phase 0 on int8 sub-block sums; Q2_K: both phases on int8 unit sums)."""
     monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
     monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
     H, I, E, K = INT8_SIZES["partial" if name in INT8 else "small"]  # noqa: E741  (K-quants: whole blocks)
-    rng = np.random.default_rng([41, (INT8 + INT8_SUMS).index(name), int(pdl0), int(graph)])
+    rng = np.random.default_rng([41, (INT8 + INT8_SUMS + INT8_SUMS16).index(name), int(pdl0), int(graph)])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
     view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
     steps = []
@@ -705,6 +718,42 @@ def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
     """gate_up on int8 sub-block sums, down of another type."""
     d = INT8_SUMS[1 - INT8_SUMS.index(name)] if down == "other" else down
     int8_pair((name, name, d), "chunks", [43, INT8_SUMS.index(name), int(down == "Q8_0")], monkeypatch)
+
+
+# Q2_K at T = 1 on int8 sums of its 32-value units, both phases (kOptInt8Sums in kOptLanes16's kernel,
+# Fast<Q2_K>::kInt8Mins16; FTW_GGUF_CUDA_INT8=1, =gate_up, =down): each lane's units 2 tig + e as u8
+# sc * q (the 16-value sub-blocks' scales in the integers) on mma m16n8k32 u8 x s8 against x (act)
+# quantized as for the int8 units, the mins by a second IMMA chain of the sub-blocks' m against the
+# same x, d and dmin on the int32 sums. As int8_pair (within the tolerance, no less accurate than the
+# lanes16 body, not identical to it in either phase), and the default (unset) is the way
+# INT8_DEFAULT names. Rows of 2 and 3 blocks (gate_up rows of 252 bytes: rows on 4
+# bytes, not 16), 8 blocks over more items than blocks; down of Q6_K and Q8_0 (their own kernels).
+INT8_SUMS16 = ["Q2_K"]
+# the default: int8 where a phase has many 16-row items per SM (FTW_GGUF_CUDA_STAGED_ITEMS, 12 unset:
+# "0" every phase has, "1000000" none has)
+INT8_DEFAULT = {"Q2_K": {"0": "1", "1000000": "0"}}
+
+
+@pytest.mark.parametrize("size", ["small", "xs", "chunks"])
+@pytest.mark.parametrize("name", INT8_SUMS16)
+def test_gguf_int8_sums16(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [47, INT8_SUMS16.index(name), list(INT8_SIZES).index(size)], monkeypatch,
+              default=INT8_DEFAULT[name])
+
+
+@pytest.mark.parametrize("down", ["Q6_K", "Q8_0"])
+@pytest.mark.parametrize("name", INT8_SUMS16)
+def test_gguf_int8_sums16_down_other_type(name, down, monkeypatch):
+    """gate_up on int8 unit sums, down of another type."""
+    int8_pair((name, name, down), "chunks", [53, INT8_SUMS16.index(name), int(down == "Q8_0")], monkeypatch)
+
+
+@pytest.mark.parametrize("name", INT8_SUMS16)
+def test_gguf_int8_sums16_two_warps(name, monkeypatch):
+    """Two warps splitting gate_up's rows of 8 blocks (FTW_CUDA_STAGED_KSPLIT=2; the launch's own
+    choice is one warp): each warp's quad sums, then the block's reduction."""
+    monkeypatch.setenv("FTW_CUDA_STAGED_KSPLIT", "2")
+    int8_pair((name, name, name), "chunks", [59, INT8_SUMS16.index(name)], monkeypatch)
 
 
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default

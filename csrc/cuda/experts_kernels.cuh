@@ -1057,7 +1057,11 @@ constexpr int kOptInt8 = 65536;
 //                  says (launch_byte_stream; FTW_GGUF_CUDA_INT8, Fast<Q5_K>::kInt8Default). SASS per
 //                  chunk body (sm_90): Q4_K 230 -> 146-150 (HMMA 24 -> IMMA 8), Q5_K 301 -> 233-238;
 //                  H200 T = 1 (docs/BENCHMARKS.md "I8K"): deepseek-v3 Q4_K 80.0 -> 78.8 us, Q5_K 95.9
-//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9
+//                  -> 95.1; qwen3-30b-a3b Q4_K 19.5 -> 19.9, Q5_K 23.5 -> 22.9. With kOptLanes16 (gguf
+//                  Q2_K: kInt8Mins16, both phases): lane tig's 32-value units 2 tig + e as u8 sc q (the
+//                  16-value sub-blocks' scales in the integers), the mins by a second IMMA chain;
+//                  SASS (phase 0 kernel) 3346 -> 3270, chunk body 248 -> ~215; H200 T = 1 ("Q2"):
+//                  deepseek-v3 71.7 -> 62.8 us (0.40 -> 0.46), qwen3-30b-a3b 17.8 -> 18.1
 constexpr int kOptInt8Sums = 524288;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1121,8 +1125,17 @@ FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
 //   lane_scale_min(h, e, s, m)          sub-block 2 tig + e's d sc (over decode_lane_int8's power of 2)
 //                                       and dmin m (h: lane_head's; e a constant after unrolling), each
 //                                       rounded once, as ggml's float32 products
-//   static bool int8(p, phase)          (host) as kOptInt8's (phase 0 only)
+//   static bool int8(p, phase)          (host) as kOptInt8's (phase 0 only, unless kInt8SumsDown)
+//   kInt8Mins16 (optional, false)       16-value sub-blocks with mins (gguf Q2_K, in kOptLanes16's kernel):
+//                                       decode_lane_int8's values are sc q (the sub-block scales in the
+//                                       integers), lane_scale_min's s the block's d (over the power of
+//                                       2) and m its dmin, and lane_mins_int8(h, m[2][2]) the A words of
+//                                       sub-block t of unit 2 tig + e (its m in every byte) for a second
+//                                       IMMA chain against the same x, whose 254 M_hi + M_lo takes X's place
+//   kInt8SumsDown (optional, false)     phase 1 too (act from quantize_int8<false, 1>)
 FTW_OPTIONAL_MEMBER(Int8Sums, kInt8Sums, bool, false);
+FTW_OPTIONAL_MEMBER(Int8Mins16, kInt8Mins16, bool, false);
+FTW_OPTIONAL_MEMBER(Int8SumsDown, kInt8SumsDown, bool, false);
 
 // ---- byte streams with sub-block scales on float32 sums (gguf K-quants) ----------------------
 //
@@ -1545,11 +1558,16 @@ __device__ __forceinline__ void staged_sub_block_lane_cols(const uint8_t* b0, co
 // x = (s / 254) (254 hi + lo). With xm the lane's two groups' {s / 254, bits of X = 254 sum(hi) +
 // sum(lo)} (quantize_int8), the sub-block's share of a row's dot is (s / 254) (d sc I - dmin m X):
 // an IMAD, an I2F, an FMUL and two FFMA per row and sub-block. The quad's lanes are summed once per
-// item (kOptLaneBlocks' shuffles).
+// item (kOptLaneBlocks' shuffles). With kInt8Mins16 (Q2_K: lane tig's 32-value units 2 tig + e, each
+// two 16-value sub-blocks with their scales in the integers) the mins' IMMA chain gives per row and
+// unit M = sum m (254 hi + lo), and the share is (s / 254) (d I' - dmin M), I' = sum sc q (254 hi + lo).
 template <class Dec>
 __device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const uint8_t* b1, const uint4* xq8,
                                                       const float4* xm, int tig, float (&acc)[4]) {
-    static_assert(SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value, "32-value sub-blocks with mins");
+    constexpr bool M16 = Int8Mins16<Dec>::value;
+    static_assert(M16 ? SubBlockValues<Dec>::value == 16 && SubBlockMins<Dec>::value
+                      : SubBlockValues<Dec>::value == 32 && SubBlockMins<Dec>::value,
+                  "32-value sub-blocks with mins, or 16-value ones with their mins by IMMA");
     const auto h0 = Dec::lane_head(b0, tig);
     const auto h1 = Dec::lane_head(b1, tig);
     uint4 xb[2][2] = {};  // [e][s / 2]: the B words b0, b1 of step s (values 8 s .. 8 s + 7), two a load
@@ -1563,7 +1581,9 @@ __device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const u
     uint32_t a0[2][8], a1[2][8];
     Dec::decode_lane_int8(b0, tig, a0);
     Dec::decode_lane_int8(b1, tig, a1);
-    int S[2][4] = {};
+    int S[2][4] = {}, M[2][4] = {};  // M: kInt8Mins16's sums of the mins
+    uint32_t n0[2][2] = {}, n1[2][2] = {};  // [e][t]: the mins' A words of rows g, g + 8 (sub-block t)
+    if constexpr (M16) Dec::lane_mins_int8(h0, n0), Dec::lane_mins_int8(h1, n1);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
 #pragma unroll
@@ -1571,6 +1591,8 @@ __device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const u
             const uint4& xq = xb[e][s >> 1];
             const uint32_t x0 = s & 1 ? xq.z : xq.x, x1 = s & 1 ? xq.w : xq.y;
             imma_u8s8(S[e], a0[e][2 * s], a1[e][2 * s], a0[e][2 * s + 1], a1[e][2 * s + 1], x0, x1);
+            if constexpr (M16)  // (step s: values 8 s .. 8 s + 7, in sub-block s / 2)
+                imma_u8s8(M[e], n0[e][s >> 1], n1[e][s >> 1], n0[e][s >> 1], n1[e][s >> 1], x0, x1);
         }
     }
 #pragma unroll
@@ -1579,9 +1601,10 @@ __device__ __forceinline__ void staged_sub_block_int8(const uint8_t* b0, const u
         Dec::lane_scale_min(h0, e, s0, m0);
         Dec::lane_scale_min(h1, e, s1, m1);
         const float f = e ? xs.z : xs.x, X = float(__float_as_int(e ? xs.w : xs.y));
+        const float X0 = M16 ? float(254 * M[e][0] + M[e][1]) : X, X2 = M16 ? float(254 * M[e][2] + M[e][3]) : X;
         const float i0 = float(254 * S[e][0] + S[e][1]), i2 = float(254 * S[e][2] + S[e][3]);
-        acc[0] = fmaf(f, fmaf(s0, i0, -m0 * X), acc[0]);
-        acc[2] = fmaf(f, fmaf(s1, i2, -m1 * X), acc[2]);
+        acc[0] = fmaf(f, fmaf(s0, i0, -m0 * X0), acc[0]);
+        acc[2] = fmaf(f, fmaf(s1, i2, -m1 * X2), acc[2]);
     }
 }
 
@@ -1814,8 +1837,9 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!I8 || (BS && Int8Cols<Dec>::value && V == 32 && TR == 1 && !BC),
                   "int8 units: a byte-stream decoder with the interface");
     constexpr bool I8S = (OPT & kOptInt8Sums) != 0;  // (phase 0's sub-blocks as integers, x as for I8)
-    static_assert(!I8S || (BS && Int8Sums<Dec>::value && TR == 1 && PH == 0 && !I8 && (OPT & kOptLaneBlocks) != 0),
-                  "int8 sub-block sums: phase 0 of a lane-blocks decoder with the interface");
+    static_assert(!I8S || (BS && Int8Sums<Dec>::value && TR == 1 && (PH == 0 || Int8SumsDown<Dec>::value) && !I8 &&
+                           (OPT & (kOptLaneBlocks | kOptLanes16)) != 0),
+                  "int8 sub-block sums: phase 0 (or where the decoder says, 1) of a lane-blocks decoder with the interface");
     constexpr bool XQ = I8 || I8S;  // (x or act from quantize_int8)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
@@ -2137,9 +2161,16 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             xmeta = reinterpret_cast<const float2*>(xqb + int64_t(PH == 0 ? nunits : p.K * nunits) * 64) + gb;
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
-        // I8S: the same B lanes and planes of phase 0's x (the groups staged_sub_block_int8 says)
-        if constexpr (I8S)
-            if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(p.xq) + 2 * (g & 1);
+        // I8S: the same B lanes and planes of x (phase 1: the item's pair's act; the groups
+        // staged_sub_block_int8 says), every lane its groups' float2 pairs at xm4 + 4 c (kOptLanes16's
+        // body; the one-column body's, phase 0 only, finds them at p.xq's end itself)
+        const float4* xm4 = nullptr;
+        if constexpr (I8S) {
+            const int gb = PH == 0 || count == 0 ? 0 : rt.pairs[dx][0] * (in / 32);  // the item's first group
+            const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
+            xm4 = reinterpret_cast<const float4*>(xqb + int64_t(PH == 0 ? in / 32 : p.K * (in / 32)) * 64) + gb / 2;
+            if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
+        }
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -2343,7 +2374,12 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         const uint8_t* b0 = sb + g * PI * 16 + ((rlow[0] + cl) & 15u);
                         const uint8_t* b1 = sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u);
                         const __nv_bfloat16* xc = xsub + int64_t(c) * 256 + kSubBlockLaneValues<Dec> * tig;
-                        if constexpr ((OPT & kOptLanes16) != 0) {
+                        if constexpr ((OPT & kOptLanes16) != 0 && I8S) {
+                            if (count == 1)  // (warp-uniform) the B lanes (2 tig + h, tig): x's (act's) plane h
+                                staged_sub_block_int8<Dec>(b0, b1, xq8 != nullptr ? xq8 + 32 * c : nullptr, xm4 + 4 * c, tig, acc[0]);
+                            else
+                                staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
+                        } else if constexpr ((OPT & kOptLanes16) != 0) {
                             if (count == 1)  // (warp-uniform) the B lanes (2 tig + e, tig): x
                                 staged_sub_block_lanes16<Dec>(
                                     b0, b1,
@@ -3134,8 +3170,17 @@ void launch_quantize_int8(const KernelParams& p, cudaStream_t stream) {
 
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
-    if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0)
+    if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0) {
+        // at T = 1 where the decoder's int8 says (kOptInt8Sums on 16-value sub-blocks, Q2_K: both
+        // phases): x (act) quantized first, the lanes16 kernel's launch with the int8 body
+        if constexpr (Int8Sums<Dec>::value && (PH == 0 || Int8SumsDown<Dec>::value)) {
+            if (stages == 2 && Dec::int8(p, PH)) {
+                launch_quantize_int8<false, PH>(p, stream);
+                return launch_staged_opt<Dec, PH, 2, OPT | kOptLanes16 | kOptInt8Sums>(p, stream), true;
+            }
+        }
         if (stages == 2 && staged_lanes16<Dec>(p)) return launch_staged_opt<Dec, PH, 2, OPT | kOptLanes16>(p, stream), true;
+    }
     if constexpr (kSums32<Dec>) {
         // phase 0 at T = 1 where the decoder's int8 says (kOptInt8Sums, Q4_K / Q5_K): x quantized first
         if constexpr (Int8Sums<Dec>::value && LaneBlocks<Dec>::value && PH == 0 && (OPT & kOptWholeCopy) != 0) {

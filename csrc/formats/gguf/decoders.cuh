@@ -1868,6 +1868,55 @@ struct Q2KFast {
 #pragma unroll
         for (int s = 0; s < 4; ++s) biased_pairs(s < 3 ? q & (0x03030303u << (2 * s)) : (q >> 2) & 0x30303030u, w[s]);
     }
+    // The int8 lane interface (kOptInt8Sums with kOptLanes16: staged_sub_block_int8, both phases at
+    // T = 1): lane tig's units 2 tig + e (h = tig / 2, s = 2 (tig % 2) + e: the 32-value x groups
+    // 2 tig + e of the chunk) as u8 sc * q with each 16-value sub-block's scale folded into the
+    // integers (sc q <= 45, 4 sc q <= 180: no byte carries into the next under one IMAD), so the
+    // block's d goes on the int32 sum once and no scale is applied per sub-block in float32. The
+    // lane's 4 scale and min bytes are scale word tig (byte 2 e + t: unit 2 tig + e, values 16 t ..),
+    // its quants the 8 qs words of half h, shifted down by 4 (tig % 2) once per word, so that unit
+    // e = 0's bits are 0, 1 (q) and e = 1's 2, 3 (4 q: d / 4 in its scale). The mins go to a second
+    // IMMA chain against the same x (lane_mins_int8: each sub-block's m in all 4 bytes of its A words),
+    // whose int32 sum per unit is sum m (254 hi + lo) over the unit: dmin times it is the unit's
+    // min term, exact in the integers (no sums of x per 16 values needed from quantize_int8).
+    static constexpr bool kInt8Sums = true, kInt8SumsDown = true, kInt8Mins16 = true;
+    // by default where a phase has many items (int8_for): deepseek-v3 0.40 -> 0.46 of the ceiling at
+    // T = 1, qwen3-30b-a3b 2% slower (docs/BENCHMARKS.md "Q2")
+    static constexpr bool kInt8Default = true, kInt8DefaultManyItems = true;
+    struct LaneHeadInt8 {
+        float d, dmin;
+        uint32_t mn;  // unit 2 tig + e's sub-block t's min in byte 2 e + t
+    };
+    __device__ static LaneHeadInt8 lane_head(const uint8_t* b, int tig) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b);  // the block starts on 4 bytes (84)
+        return {half_bits(w[20]), half_bits(w[20] >> 16), (w[tig] >> 4) & 0x0F0F0F0Fu};
+    }
+    __device__ static void lane_scale_min(const LaneHeadInt8& h, int e, float& s, float& m) {
+        s = e ? 0.25f * h.d : h.d;  // (unit e = 1 decoded as 4 sc q)
+        m = h.dmin;
+    }
+    __device__ static void lane_mins_int8(const LaneHeadInt8& h, uint32_t (&m)[2][2]) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int t = 0; t < 2; ++t) m[e][t] = prmt(h.mn, 0u, 0x1111u * uint32_t(2 * e + t));
+    }
+    __device__ static void decode_lane_int8(const uint8_t* b, int tig, uint32_t (&a)[2][8]) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b);
+        const uint32_t sc = w[tig] & 0x0F0F0F0Fu;
+        const uint32_t* q = w + 4 + 8 * (tig >> 1);
+        const uint32_t sh = 4u * uint32_t(tig & 1);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            const uint32_t k0 = prmt(sc, 0u, 0x4440u + uint32_t(t)), k1 = prmt(sc, 0u, 0x4442u + uint32_t(t));
+#pragma unroll
+            for (int i = 4 * t; i < 4 * t + 4; ++i) {
+                const uint32_t v = q[i] >> sh;
+                a[0][i] = (v & 0x03030303u) * k0;
+                a[1][i] = (v & 0x0C0C0C0Cu) * k1;
+            }
+        }
+    }
 };
 template <>
 struct Fast<Q2_K> : Q2KFast<kMinShift> {};
@@ -2692,7 +2741,8 @@ bool byte_cols_forced(const KernelParams& p) {
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
 // Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
-// Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment) at T = 1, with x (phase 0) or act
+// Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment; both phases where Fast<T>::kInt8SumsDown,
+// Q2_K's units in kOptLanes16's kernel) at T = 1, with x (phase 0) or act
 // (phase 1) quantized per 32-value group into the workspace first (quantize_int8); the phase then
 // decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
 // wherever T has it, =gate_up / =down in that phase only, =0 never; unset where
@@ -2703,7 +2753,12 @@ bool byte_cols_forced(const KernelParams& p) {
 // run): deepseek-v3 (both phases many items) Q4_0 0.56 -> 0.62, MXFP4 0.44 -> 0.48, IQ4_NL 0.41 ->
 // 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 ->
 // 0.32, 0.38 -> 0.34 (read at every launch)
+// Q2_K's unit sums (kInt8DefaultManyItems: kOptInt8's rule for a kOptInt8Sums decoder) where the
+// phase has many items, so at deepseek-v3 and not at qwen3-30b-a3b, as measured (docs/BENCHMARKS.md
+// "Q2"; H200, T = 1, x the ceiling, both phases against the lanes16 body in one run: deepseek-v3
+// 71.7 -> 62.8 us, 0.40 -> 0.46; qwen3-30b-a3b 17.8 -> 18.1 us, gate_up alone 19.0).
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+FTW_OPTIONAL_MEMBER(Int8DefaultManyItems, kInt8DefaultManyItems, bool, false);
 inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
     return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
@@ -2714,9 +2769,11 @@ bool int8_for(const KernelParams& p, int phase) {
         return false;
     } else {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
-        if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
+        // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K)
+        if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && phase != 0) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
+        constexpr bool many = Int8Cols<Fast<T>>::value || Int8DefaultManyItems<Fast<T>>::value;
+        return Int8Default<Fast<T>>::value && (!many || staged_for_items(p, phase));
     }
 }
 
@@ -2910,6 +2967,10 @@ struct SubBlockRows : Dec {
     __device__ static void decode_lane_int8(const uint8_t* b, int tig, uint32_t (&a)[2][8]) { F::decode_lane_int8(b, tig, a); }
     template <class H>
     __device__ static void lane_scale_min(const H& h, int e, float& s, float& m) { F::lane_scale_min(h, e, s, m); }
+    // and for 16-value sub-blocks (Q2_K, with kOptLanes16): their mins by a second IMMA chain, phase 1 too
+    static constexpr bool kInt8Mins16 = Int8Mins16<F>::value, kInt8SumsDown = Int8SumsDown<F>::value;
+    template <class H>
+    __device__ static void lane_mins_int8(const H& h, uint32_t (&m)[2][2]) { F::lane_mins_int8(h, m); }
     // the lane-blocks interface of 16-value sub-blocks where F has it (kOptLanes16: Q6_K, Q2_K), with
     // d (and dmin) once per chunk as its body applies them
     static constexpr bool kLanes16 = ChunkD && Lanes16<F>::value;
