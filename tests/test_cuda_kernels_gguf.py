@@ -547,9 +547,10 @@ def test_gguf_unit_columns(name, cols, monkeypatch):
 
 
 def far_rows(name, rows, n, rng, small):
-    """[rows, row bytes] of random `name` blocks (IQ4_XS or MXFP4) with block scales of 2^-20 where
+    """[rows, row bytes] of random `name` blocks (IQ4_XS, MXFP4, IQ3_XXS, IQ3_S) with block scales of 2^-20 where
     small(block index) holds, else 2^+20 (IQ4_XS: d = 2^-24, an f16 subnormal, or 2^15, times its
-    6-bit sub-block scales' ls - 32, -32..31; MXFP4: E8M0 127 -+ 20). IQ4_XS: the decode without byte
+    6-bit sub-block scales' ls - 32, -32..31; the IQ3 types' d likewise, times their 4-bit scales;
+    MXFP4: E8M0 127 -+ 20). IQ4_XS: the decode without byte
     columns at these scales (its byte columns were measured slower and dropped, commit 5a41aa6)."""
     t = ggml_type_named(name)
     nb = n // t.block
@@ -623,7 +624,7 @@ def int8_pair(types, size, seed, monkeypatch, rows=None):
     for v in ("1", "gate_up", "down"):
         assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
-        if v != "down" or types[2] in INT8:
+        if v != "down" or types[2] in INT8 + INT8_GRIDS:
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
 
 
@@ -640,6 +641,43 @@ def test_gguf_int8_units(name, size, monkeypatch):
 def test_gguf_int8_units_down_other_type(name, monkeypatch):
     """gate_up int8, down of another type (its own kernel in phase 1)."""
     int8_pair((name, name, "Q8_0"), "xs", [31, INT8.index(name)], monkeypatch)
+
+
+# IQ3_XXS / IQ3_S as int8 units (kOptInt8 from shared-memory grids, Int8TableRows): each grid row's
+# magnitudes plus a bias (64, 16) with the signs applied per byte, against x as for the int8 units;
+# both off by default (FTW_GGUF_CUDA_INT8=1 / gate_up / down take them, staged also where IQ3_XXS is
+# register-fed). Rows of 3 and 8 super-blocks (xs, chunks: more items than blocks, down rows of 2
+# and 3), down of Q8_0 and of the other IQ3 type, and block scales 2^-20 / 2^20.
+INT8_GRIDS = ["IQ3_XXS", "IQ3_S"]
+
+
+@pytest.mark.parametrize("size", ["xs", "chunks"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("down", ["Q8_0", "other"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_down_other_type(name, down, monkeypatch):
+    """gate_up as int8 grid units, down of Q8_0 (its own kernel) or of the other IQ3 type (int8 too)."""
+    d = down if down == "Q8_0" else INT8_GRIDS[1 - INT8_GRIDS.index(name)]
+    int8_pair((name, name, d), "xs", [53, INT8_GRIDS.index(name), int(down == "Q8_0")], monkeypatch)
+
+
+@pytest.mark.parametrize("scales", list(FAR_SCALES))
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_scales_far_apart(name, scales, monkeypatch):
+    """Block scales of 2^-20 and 2^+20 with the IQ3 int8 units."""
+    gu_small, down_small = FAR_SCALES[scales]
+
+    def rows(H, I, E, rng):  # noqa: E741
+        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
+        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+
+    int8_pair((name, name, name), "xs", [59, INT8_GRIDS.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
 
 
 @pytest.mark.parametrize("graph", [False, True])

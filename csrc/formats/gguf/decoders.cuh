@@ -2060,6 +2060,34 @@ __shared__ __align__(16) uint2 s_iq2xs_grid[512];
 __shared__ __align__(16) uint32_t s_iq3xxs_grid[256];
 __shared__ __align__(16) uint32_t s_iq3s_grid[512];
 __shared__ __align__(16) uint8_t s_ksigns[128];
+// The IQ3 grids for the staged kernel's int8 units (kOptInt8; Fast<T>::kInt8Tables): a row's 4
+// magnitudes plus the grid's bias B (gen_tables.py's *_grid_i8: 64 for IQ3_XXS, 16 for IQ3_S), one
+// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows)
+__shared__ __align__(16) uint32_t s_iq3xxs_grid_i8[256];
+__shared__ __align__(16) uint32_t s_iq3s_grid_i8[512];
+
+// 0xFF in byte i where bit 7 of byte i of t is set, else 0 (prmt's sign mode: selector nibbles 8 + i)
+__device__ __forceinline__ uint32_t byte_signs(uint32_t t) { return prmt(t, 0u, 0xBA98u); }
+// 0xFF in byte i where bit i of x (< 16) is set: x (2^7 + 2^14 + 2^21 + 2^28) puts bit i at 8 i + 7,
+// and no two of its 16 shifted bits meet (no carry reaches a byte's bit 7)
+__device__ __forceinline__ uint32_t sign_mask4(uint32_t x) { return byte_signs(x * 0x10204080u); }
+// as sign_mask4 for bits 4..7 of x: (x & 0xF0) (2^3 + 2^10 + 2^17 + 2^24), plus `top` (bit 31 at
+// most: IQ3_XXS's parity, which lands on no product bit) into byte 3's bit 7
+__device__ __forceinline__ uint32_t sign_mask4_hi(uint32_t x, uint32_t top = 0u) {
+    return byte_signs((x & 0xF0u) * 0x01020408u + top);
+}
+// byte k of w (a grid index) by one prmt, which the table's address then scales by one IMAD (a shift
+// and a mask took two)
+__device__ __forceinline__ uint32_t grid_byte(uint32_t w, int k) { return prmt(w, 0u, 0x4440u | uint32_t(k)); }
+// A grid row's int8 A word: P's bytes are B + v (v the magnitudes, 0 < v < B), m's 0xFF where the
+// value is negative; those bytes take 2 B - P = B - v, the others P, so every byte is B plus the
+// signed value (u8; the kernel takes B times x's group sum off, kInt8Offset). No borrow: P < 2 B.
+template <int B>
+__device__ __forceinline__ uint32_t grid_signed_u8(uint32_t P, uint32_t m) {
+    static_assert(B > 0 && 2 * B < 256, "a bias of one byte");
+    const uint32_t n = uint32_t(2 * B) * 0x01010101u - P;
+    return (P & ~m) | (n & m);
+}
 
 // a table of N words of type W from the generated global one, by the block's threads: loaded and
 // stored, or (Async) 16 bytes per cp.async, which the kernel waits for after its routing
@@ -2275,6 +2303,34 @@ struct Fast<IQ3_XXS> {
             grid_values8_fma(make_uint2(s_iq3xxs_grid[i0], s_iq3xxs_grid[i1]), s_ksigns[(s >> (7 * l)) & 127], f, w + 4 * l);
         }
     }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8, from its shared-memory table: kInt8Tables,
+    // Int8TableRows): grid row r (values 4 r .. 4 r + 3, x in its natural order) as 64 + the signed
+    // values (grid_signed_u8) into a[2 r] (r < 4) or a[2 (r - 4) + 1]; the signs of rows 2 l, 2 l + 1
+    // are ksigns[e] for the 7 bits e of group l, whose bit 7 is e's parity (popc), so no table;
+    // db = d (0.5 + scale) 0.5 on the integer sums, rounded as decode's
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
+    static constexpr int kInt8Offset = tb::iq3xxs_grid_i8_bias;
+    template <bool Async>
+    __device__ static void fill_int8_tables() {
+        copy_table<Async>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
+    }
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t e = (s >> (7 * l)) & 127u;
+            const uint32_t m[2] = {sign_mask4(e & 15u), sign_mask4_hi(e, __popc(e) << 31)};
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int r = 2 * l + t;
+                const uint32_t P = s_iq3xxs_grid_i8[grid_byte(q[r >> 2], r & 3)];
+                a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(P, m[t]);
+            }
+        }
+        return __fmul_rn(__fmul_rn(iq_d(raw.head), 0.5f + float(s >> 28)), 0.5f);
+    }
 };
 
 // d | qs[64] | qh[8] (9th index bit) | signs[32] (a bit per value) | scales[4] (nibbles); 110 bytes
@@ -2344,6 +2400,32 @@ struct Fast<IQ3_S> {
             }
             grid_values8_fma(make_uint2(s_iq3s_grid[idx[0]], s_iq3s_grid[idx[1]]), sg >> (8 * l), f, w + 4 * l);
         }
+    }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8, from its shared-memory table: kInt8Tables,
+    // Int8TableRows): grid row r (9-bit index, values 4 r .. 4 r + 3) as 16 + the signed values
+    // (grid_signed_u8, the signs bits 4 r .. 4 r + 3 of the unit's sign word) into a[2 r] (r < 4) or
+    // a[2 (r - 4) + 1]; db = d (1 + 2 scale) on the integer sums, as decode's
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
+    static constexpr int kInt8Offset = tb::iq3s_grid_i8_bias;
+    template <bool Async>
+    __device__ static void fill_int8_tables() {
+        copy_table<Async>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
+    }
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        const uint32_t os = raw.head.os;
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t qh = raw.qh >> (8 * ((os >> 8) & 3));
+        const uint32_t sg = __funnelshift_r(raw.sg0, raw.sg1, 8 * ((os >> 10) & 3));
+        const uint32_t sc = (raw.sc >> (8 * ((os >> 12) & 3) + 4 * ((os >> 14) & 1))) & 15;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const uint32_t idx = grid_byte(q[r >> 2], r & 3) | ((qh >> r) & 1u) << 8;
+            const uint32_t sb = sg >> (8 * (r >> 1));  // the sign byte of rows r & ~1, r | 1
+            const uint32_t m = r & 1 ? sign_mask4_hi(sb) : sign_mask4(sb & 15u);
+            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(s_iq3s_grid_i8[idx], m);
+        }
+        return iq_d(raw.head) * float(1 + 2 * int(sc));
     }
 };
 
@@ -2720,6 +2802,10 @@ bool int8_for(const KernelParams& p, int phase) {
     }
 }
 
+// Fast<T>::kInt8Tables: T's int8 units read tables the block keeps in shared memory (IQ3_XXS, IQ3_S:
+// fill_int8_tables), so only Int8TableRows takes them
+FTW_OPTIONAL_MEMBER(Int8Tables, kInt8Tables, bool, false);
+
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
 // a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
 // at a multiple of gcd(16, its bytes) on a 16-byte-aligned bank, which bounds the 16-byte pieces
@@ -2753,7 +2839,8 @@ struct StagedRows {
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
     // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
     // says for the phase
-    static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value;
+    // (a type whose int8 units read shared-memory tables, kInt8Tables, takes them in Int8TableRows)
+    static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value && !Int8Tables<F>::value;
     static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
     static constexpr int kInt8Offset = Int8Offset<F>::value;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
@@ -2771,6 +2858,16 @@ struct StagedRowsOf<T, M, true> : StagedRows<T, M> {
     __device__ static void block_setup() { Fast<T>::template fill_tables<M::kAsync>(); }
 };
 struct RegisterFedOnly {};
+// The staged decoder (Dec: TypedDecoder<T, .., true, SharedLoads>) of a phase whose rows of type T
+// take int8 units read from T's shared-memory tables (Fast<T>::kInt8Tables: IQ3_XXS, IQ3_S), which
+// launch_typed picks only where int8_for says: its blocks fill the tables by cp.async (waited for
+// after the routing), its ring is 2 stages (kShortRing, as the other int8 types')
+template <class T, class Dec>
+struct Int8TableRows : Dec {
+    static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
+    static constexpr bool kInt8 = true, kShortRing = true, kSetupAsync = true;
+    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
+};
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
 // bytes at hand when it is decoded: Loaded (Fast<T>::load's registers are the register-fed ring's
