@@ -14,7 +14,7 @@ grep -E "passed|failed" $OUT/tests_int8.log | tail -2; grep -E "^FAILED|^E  " $O
 grep -E "gguf cuda accuracy" $OUT/tests_int8.log | sed -E 's/^.*gguf cuda accuracy //' | sort | head -20
 t0=$(date +%s)
 timeout 150 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same \
-  --formats gguf:IQ3_XXS,gguf:IQ3_S --variants int8-1,int8-gate_up,int8-down --json $OUT/bench.json > $OUT/bench.log 2>&1
+  --formats gguf:IQ3_XXS,gguf:IQ3_S --variants int8-1,int8-1-copies-0,int8-1-copies-1,int8-gate_up,int8-down --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^decode|^  int8|^deepseek|^qwen3" $OUT/bench.log | cut -c1-220
 t0=$(date +%s)
 timeout 60 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels_gguf.py \

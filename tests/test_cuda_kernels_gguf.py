@@ -647,14 +647,19 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 # magnitudes plus a bias (64, 16) with the signs applied per byte, against x as for the int8 units;
 # both off by default (FTW_GGUF_CUDA_INT8=1 / gate_up / down take them, staged also where IQ3_XXS is
 # register-fed). Rows of 3 and 8 super-blocks (xs, chunks: more items than blocks, down rows of 2
-# and 3), down of Q8_0 and of the other IQ3 type, and block scales 2^-20 / 2^20.
+# and 3), the grid in copies by grid_copies' rule (chunks' gate_up), in every phase and in none, down
+# of Q8_0 and of the other IQ3 type, and block scales 2^-20 / 2^20.
 INT8_GRIDS = ["IQ3_XXS", "IQ3_S"]
 
 
+@pytest.mark.parametrize("copies", ["rule", "1", "0"])
 @pytest.mark.parametrize("size", ["xs", "chunks"])
 @pytest.mark.parametrize("name", INT8_GRIDS)
-def test_gguf_int8_grid_units(name, size, monkeypatch):
-    int8_pair((name, name, name), size, [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+def test_gguf_int8_grid_units(name, size, copies, monkeypatch):
+    if copies != "rule":
+        monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
+    seed = [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size), ["rule", "1", "0"].index(copies)]
+    int8_pair((name, name, name), size, seed, monkeypatch)
 
 
 @pytest.mark.parametrize("down", ["Q8_0", "other"])

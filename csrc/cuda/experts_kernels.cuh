@@ -1112,6 +1112,9 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
+// kInt8Only (optional, false): the decoder is launched only where its phase takes kOptInt8 (gguf's
+// Int8TableRows), so launch_decode makes its int8 kernel alone
+FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -3180,7 +3183,12 @@ inline bool staged_whole_copy() { return !env_is("FTW_CUDA_STAGED_WHOLECOPY", "0
 template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if (decode_phase_skipped(PH)) return;
-    if constexpr (Staged<Dec>::available) {
+    if constexpr (Int8Only<Dec>::value) {  // (launched only where the phase takes int8 units: no other staged kernel made)
+        if (staged_decode<Dec>()) {
+            launch_quantize_int8<Int8Interleaved<Dec>::value, PH>(p, stream);
+            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptInt8>(p, stream);
+        }
+    } else if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
             // (ShortRing: a byte-stream decoder asking for the short rings of the wide ones)
             constexpr bool wide = StageShape<Dec>::kPitch >= 13 || ShortRing<Dec>::value;

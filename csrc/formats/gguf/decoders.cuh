@@ -2062,9 +2062,17 @@ __shared__ __align__(16) uint32_t s_iq3s_grid[512];
 __shared__ __align__(16) uint8_t s_ksigns[128];
 // The IQ3 grids for the staged kernel's int8 units (kOptInt8; Fast<T>::kInt8Tables): a row's 4
 // magnitudes plus the grid's bias B (gen_tables.py's *_grid_i8: 64 for IQ3_XXS, 16 for IQ3_S), one
-// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows)
+// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows): one table, or
+// kInt8Copies copies interleaved row by row (row e of copy c at word 16 e + c), lane l reading copy
+// l % 16: a warp's 4-byte lookups are one 32-bank phase, where lanes l and l + 16 alone share a
+// copy, so two lanes meet in a bank only when their rows have the same parity (with one table 32
+// random rows in 32 banks: about 3.5 wavefronts per lookup, the lookups IQ3's "IQ grids in copies"
+// found bounding the IQ sums). 16 KB (IQ3_XXS) and 32 KB (IQ3_S) per block.
+constexpr int kInt8Copies = 16;
 __shared__ __align__(16) uint32_t s_iq3xxs_grid_i8[256];
 __shared__ __align__(16) uint32_t s_iq3s_grid_i8[512];
+__shared__ __align__(16) uint32_t s_iq3xxs_grid_i8_x16[256 * kInt8Copies];
+__shared__ __align__(16) uint32_t s_iq3s_grid_i8_x16[512 * kInt8Copies];
 
 // 0xFF in byte i where bit 7 of byte i of t is set, else 0 (prmt's sign mode: selector nibbles 8 + i)
 __device__ __forceinline__ uint32_t byte_signs(uint32_t t) { return prmt(t, 0u, 0xBA98u); }
@@ -2102,6 +2110,28 @@ __device__ __forceinline__ void copy_table(W (&dst)[N], const void* src) {
         const W* s = reinterpret_cast<const W*>(src);
         for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = s[i];
     }
+}
+
+// E bytes (4, 8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
+template <int E>
+__device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
+    static_assert(E == 4 || E == 8 || E == 16, "4, 8 or 16 bytes");
+    if constexpr (E == 16)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    else if constexpr (E == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
+// row by row, by the block's threads
+template <int R, class W, int N>
+__device__ __forceinline__ void copy_table_copies(W (&dst)[N], const void* src) {
+    static_assert(N % R == 0 && (R & (R - 1)) == 0, "R copies");
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    const W* s = reinterpret_cast<const W*>(src);
+    for (int i = threadIdx.x; i < N; i += blockDim.x) cp_async_ca<sizeof(W)>(d + uint32_t(sizeof(W)) * i, s + i / R);
 }
 
 // A grid's value q times the sub-block's scale s rounded to bf16 (h), in one fma per pair: the
@@ -2310,11 +2340,17 @@ struct Fast<IQ3_XXS> {
     // db = d (0.5 + scale) 0.5 on the integer sums, rounded as decode's
     static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
     static constexpr int kInt8Offset = tb::iq3xxs_grid_i8_bias;
-    template <bool Async>
+    template <int R>  // R copies (1 or kInt8Copies), by cp.async
     __device__ static void fill_int8_tables() {
-        copy_table<Async>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
+        if constexpr (R == 1)
+            copy_table<true>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
+        else
+            copy_table_copies<R>(s_iq3xxs_grid_i8_x16, tb::iq3xxs_grid_i8);
     }
+    template <int R = 1>
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        static_assert(R == 1 || R == kInt8Copies, "one table or the copies");
+        const uint32_t* grid = R == 1 ? s_iq3xxs_grid_i8 : s_iq3xxs_grid_i8_x16 + (threadIdx.x & (R - 1));
         uint32_t q[2];
         iq_qs(raw.head, q);
         const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
@@ -2325,7 +2361,7 @@ struct Fast<IQ3_XXS> {
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const int r = 2 * l + t;
-                const uint32_t P = s_iq3xxs_grid_i8[grid_byte(q[r >> 2], r & 3)];
+                const uint32_t P = grid[grid_byte(q[r >> 2], r & 3) * R];
                 a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(P, m[t]);
             }
         }
@@ -2407,11 +2443,17 @@ struct Fast<IQ3_S> {
     // a[2 (r - 4) + 1]; db = d (1 + 2 scale) on the integer sums, as decode's
     static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
     static constexpr int kInt8Offset = tb::iq3s_grid_i8_bias;
-    template <bool Async>
+    template <int R>  // R copies (1 or kInt8Copies), by cp.async
     __device__ static void fill_int8_tables() {
-        copy_table<Async>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
+        if constexpr (R == 1)
+            copy_table<true>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
+        else
+            copy_table_copies<R>(s_iq3s_grid_i8_x16, tb::iq3s_grid_i8);
     }
+    template <int R = 1>
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        static_assert(R == 1 || R == kInt8Copies, "one table or the copies");
+        const uint32_t* grid = R == 1 ? s_iq3s_grid_i8 : s_iq3s_grid_i8_x16 + (threadIdx.x & (R - 1));
         const uint32_t os = raw.head.os;
         uint32_t q[2];
         iq_qs(raw.head, q);
@@ -2423,7 +2465,7 @@ struct Fast<IQ3_S> {
             const uint32_t idx = grid_byte(q[r >> 2], r & 3) | ((qh >> r) & 1u) << 8;
             const uint32_t sb = sg >> (8 * (r >> 1));  // the sign byte of rows r & ~1, r | 1
             const uint32_t m = r & 1 ? sign_mask4_hi(sb) : sign_mask4(sb & 15u);
-            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(s_iq3s_grid_i8[idx], m);
+            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(grid[idx * R], m);
         }
         return iq_d(raw.head) * float(1 + 2 * int(sc));
     }
@@ -2611,26 +2653,6 @@ __device__ __forceinline__ void sign_values7p(uint32_t i, uint32_t* w) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)  // (i's bit 7 is 0: the products' bit 31 is free for the parity)
         w[k] ^= (i * ((1u << (15 - 2 * k)) | (1u << (30 - 2 * k))) + (k == 3 ? parity : 0u)) & 0x80008000u;
-}
-
-// E bytes (8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
-template <int E>
-__device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
-    static_assert(E == 8 || E == 16, "8 or 16 bytes");
-    if constexpr (E == 16)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-}
-
-// R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
-// row by row, by the block's threads
-template <int R, class W, int N>
-__device__ __forceinline__ void copy_table_copies(W (&dst)[N], const void* src) {
-    static_assert(N % R == 0 && (R & (R - 1)) == 0, "R copies");
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    const W* s = reinterpret_cast<const W*>(src);
-    for (int i = threadIdx.x; i < N; i += blockDim.x) cp_async_ca<sizeof(W)>(d + uint32_t(sizeof(W)) * i, s + i / R);
 }
 
 // T's sums with its grid in copies (kHas): IqInt<T>'s values, read from the copies
@@ -2860,13 +2882,20 @@ struct StagedRowsOf<T, M, true> : StagedRows<T, M> {
 struct RegisterFedOnly {};
 // The staged decoder (Dec: TypedDecoder<T, .., true, SharedLoads>) of a phase whose rows of type T
 // take int8 units read from T's shared-memory tables (Fast<T>::kInt8Tables: IQ3_XXS, IQ3_S), which
-// launch_typed picks only where int8_for says: its blocks fill the tables by cp.async (waited for
-// after the routing), its ring is 2 stages (kShortRing, as the other int8 types')
-template <class T, class Dec>
+// launch_typed picks only where int8_for says, so its launch makes the int8 kernel alone (kInt8Only:
+// rings of 2 stages, as the other int8 types'). Its blocks fill the tables by cp.async: R = 1, one
+// table, waited for after the routing; R = kInt8Copies, the copies (where grid_copies says), in
+// blocks of 4 warps (16-32 KB per block), waited for once the first ring stages are in flight, as
+// IntSumRows' copies.
+template <class T, class Dec, int R = 1>
 struct Int8TableRows : Dec {
     static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
-    static constexpr bool kInt8 = true, kShortRing = true, kSetupAsync = true;
-    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
+    static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true, kSetupLate = R > 1;
+    static constexpr int kBlockWarps = R > 1 ? 4 : 0;
+    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<R>(); }
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        return Fast<T>::template decode_int8<R>(Fast<T>::template load<SharedLoads>(b, k), a);
+    }
 };
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
