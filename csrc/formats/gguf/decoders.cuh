@@ -2076,14 +2076,15 @@ __shared__ __align__(16) uint32_t s_iq3s_grid_i8_x16[512 * kInt8Copies];
 
 // 0xFF in byte i where bit 7 of byte i of t is set, else 0 (prmt's sign mode: selector nibbles 8 + i)
 __device__ __forceinline__ uint32_t byte_signs(uint32_t t) { return prmt(t, 0u, 0xBA98u); }
-// 0xFF in byte i where bit i of x (< 16) is set: x (2^7 + 2^14 + 2^21 + 2^28) puts bit i at 8 i + 7,
-// and no two of its 16 shifted bits meet (no carry reaches a byte's bit 7)
+// 0xFF in byte i where bit i of x (< 128) is set: x (2^7 + 2^14 + 2^21 + 2^28) puts bit i at 8 i + 7,
+// and no two of its shifted bits meet (bit j of copy c at j + 7 + 7 c, j < 7: no carry; bits 4..6
+// land on no byte's bit 7)
 __device__ __forceinline__ uint32_t sign_mask4(uint32_t x) { return byte_signs(x * 0x10204080u); }
-// as sign_mask4 for bits 4..7 of x: (x & 0xF0) (2^3 + 2^10 + 2^17 + 2^24), plus `top` (bit 31 at
-// most: IQ3_XXS's parity, which lands on no product bit) into byte 3's bit 7
-__device__ __forceinline__ uint32_t sign_mask4_hi(uint32_t x, uint32_t top = 0u) {
-    return byte_signs((x & 0xF0u) * 0x01020408u + top);
-}
+// as sign_mask4 for bits 4..7 of x: (x & 0xF0) (2^3 + 2^10 + 2^17 + 2^24)
+__device__ __forceinline__ uint32_t sign_mask4_hi(uint32_t x) { return byte_signs((x & 0xF0u) * 0x01020408u); }
+// as sign_mask4_hi for x < 128 without the mask (bit j of copy c at j + 3 + 7 c: none meet, bits
+// 0..3 on no byte's bit 7, bit 31 clear), bit 7 coming from `top` (bit 31 at most: IQ3_XXS's parity)
+__device__ __forceinline__ uint32_t sign_mask4_hi7(uint32_t x, uint32_t top) { return byte_signs(x * 0x01020408u + top); }
 // byte k of w (a grid index) by one prmt, which the table's address then scales by one IMAD (a shift
 // and a mask took two)
 __device__ __forceinline__ uint32_t grid_byte(uint32_t w, int k) { return prmt(w, 0u, 0x4440u | uint32_t(k)); }
@@ -2357,7 +2358,7 @@ struct Fast<IQ3_XXS> {
 #pragma unroll
         for (int l = 0; l < 4; ++l) {
             const uint32_t e = (s >> (7 * l)) & 127u;
-            const uint32_t m[2] = {sign_mask4(e & 15u), sign_mask4_hi(e, __popc(e) << 31)};
+            const uint32_t m[2] = {sign_mask4(e), sign_mask4_hi7(e, __popc(e) << 31)};
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const int r = 2 * l + t;
