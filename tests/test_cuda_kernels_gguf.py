@@ -413,6 +413,7 @@ def test_iq_types_on_float32_sub_block_sums(types, T, size, sums, stages, monkey
     """The grid values as exact signed bf16 integers, each scale group's (32 values, IQ2_XS's 16)
     float32 scale applied to the mma's sums, against gguf.quants' values: one item per block and
     more items than blocks, rows of 1, 2, 3 and 8 super-blocks, T = 1..8 (pair columns 0..7)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", sums)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, T, [13, sum(map(ord, "".join(types))), INT_SUMS.index(sums), len(stages)], **size)
@@ -437,6 +438,7 @@ def test_iq_grids_in_copies(types, T, size, copies, stages, monkeypatch):
     """Every lane reading its own copy of the grid gives the values of gguf.quants: one item per
     block and more items than blocks, rows of 1 to 8 super-blocks, T = 1..8, both phases in copies
     (H = I = 2048) and one of them."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", "1")
     monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
@@ -448,6 +450,7 @@ def test_iq_grids_in_copies(types, T, size, copies, stages, monkeypatch):
 def test_iq3_xxs_on_sums_where_both_phases_take_copies(T, copies, monkeypatch):
     """IQ3_XXS's default: on sums with its grid in copies where both phases' rows have 8 chunks or
     more (H = I = 2048), register-fed with FTW_GGUF_CUDA_GRID_COPIES=0 (as at smaller sizes)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
     check(("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), T, [19, T, GRID_COPIES.index(copies)], H=2048, I=2048, E=8, K=8)
 
@@ -644,22 +647,45 @@ def test_gguf_int8_units_down_other_type(name, monkeypatch):
 
 
 # IQ3_XXS / IQ3_S as int8 units (kOptInt8 from shared-memory grids, Int8TableRows): each grid row's
-# magnitudes plus a bias (64, 16) with the signs applied per byte, against x as for the int8 units;
-# both off by default (FTW_GGUF_CUDA_INT8=1 / gate_up / down take them, staged also where IQ3_XXS is
-# register-fed). Rows of 3 and 8 super-blocks (xs, chunks: more items than blocks, down rows of 2
-# and 3), the grid in copies by grid_copies' rule (chunks' gate_up), in every phase and in none, down
-# of Q8_0 and of the other IQ3 type, and block scales 2^-20 / 2^20.
+# magnitudes plus a bias (64, 16) with the signs applied per byte, against x as for the int8 units
+# (FTW_GGUF_CUDA_INT8=1 / gate_up / down, staged also where IQ3_XXS is register-fed). Rows of 3 and
+# 8 super-blocks (xs, chunks: more items than blocks, down rows of 2 and 3), down of Q8_0 and of the
+# other IQ3 type, and block scales 2^-20 / 2^20; the defaults (IQ3_XXS both phases where they have
+# many items, IQ3_S down at any size) take the way the switch names.
 INT8_GRIDS = ["IQ3_XXS", "IQ3_S"]
 
 
-@pytest.mark.parametrize("copies", ["rule", "1", "0"])
 @pytest.mark.parametrize("size", ["xs", "chunks"])
 @pytest.mark.parametrize("name", INT8_GRIDS)
-def test_gguf_int8_grid_units(name, size, copies, monkeypatch):
-    if copies != "rule":
-        monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
-    seed = [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size), ["rule", "1", "0"].index(copies)]
-    int8_pair((name, name, name), size, seed, monkeypatch)
+def test_gguf_int8_grid_units(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("items", ["many", "rule"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_by_default(name, items, monkeypatch):
+    """FTW_GGUF_CUDA_INT8 unset takes what the defaults say, at T = 1: IQ3_XXS int8 in both phases
+    where they have many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: every size), none at this size by
+    the rule; IQ3_S int8 in down only, at either. The default's output is the named way's (to
+    float32 rounding of the adds into out) and not the bf16 way's."""
+    H, I, E, K = INT8_SIZES["xs"]  # noqa: E741
+    rng = np.random.default_rng([61, INT8_GRIDS.index(name), items == "many"])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    if items == "many":
+        monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", "0")
+    outs = {}
+    for v in ("", "0", "1", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        outs[v] = run(opts, banks, x, ids, wts)
+    way = {("IQ3_XXS", "many"): "1", ("IQ3_XXS", "rule"): "0"}.get((name, items), "down")
+    ref = outs[way].double().cpu().numpy()
+    err = rel_err(outs[""], ref)
+    print(f"gguf cuda {name} int8 default ({items} items) against {way}: {err:.2e}")
+    assert err < 1e-6, f"{name} {items}: the default is not the {way} way ({err:.3g})"
+    if way != "0":
+        assert not torch.equal(outs[""], outs["0"]), f"{name} {items}: the default took no int8 units"
 
 
 @pytest.mark.parametrize("down", ["Q8_0", "other"])

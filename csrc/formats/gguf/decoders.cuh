@@ -2062,17 +2062,9 @@ __shared__ __align__(16) uint32_t s_iq3s_grid[512];
 __shared__ __align__(16) uint8_t s_ksigns[128];
 // The IQ3 grids for the staged kernel's int8 units (kOptInt8; Fast<T>::kInt8Tables): a row's 4
 // magnitudes plus the grid's bias B (gen_tables.py's *_grid_i8: 64 for IQ3_XXS, 16 for IQ3_S), one
-// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows): one table, or
-// kInt8Copies copies interleaved row by row (row e of copy c at word 16 e + c), lane l reading copy
-// l % 16: a warp's 4-byte lookups are one 32-bank phase, where lanes l and l + 16 alone share a
-// copy, so two lanes meet in a bank only when their rows have the same parity (with one table 32
-// random rows in 32 banks: about 3.5 wavefronts per lookup, the lookups IQ3's "IQ grids in copies"
-// found bounding the IQ sums). 16 KB (IQ3_XXS) and 32 KB (IQ3_S) per block.
-constexpr int kInt8Copies = 16;
+// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows)
 __shared__ __align__(16) uint32_t s_iq3xxs_grid_i8[256];
 __shared__ __align__(16) uint32_t s_iq3s_grid_i8[512];
-__shared__ __align__(16) uint32_t s_iq3xxs_grid_i8_x16[256 * kInt8Copies];
-__shared__ __align__(16) uint32_t s_iq3s_grid_i8_x16[512 * kInt8Copies];
 
 // 0xFF in byte i where bit 7 of byte i of t is set, else 0 (prmt's sign mode: selector nibbles 8 + i)
 __device__ __forceinline__ uint32_t byte_signs(uint32_t t) { return prmt(t, 0u, 0xBA98u); }
@@ -2111,28 +2103,6 @@ __device__ __forceinline__ void copy_table(W (&dst)[N], const void* src) {
         const W* s = reinterpret_cast<const W*>(src);
         for (int i = threadIdx.x; i < N; i += blockDim.x) dst[i] = s[i];
     }
-}
-
-// E bytes (4, 8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
-template <int E>
-__device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
-    static_assert(E == 4 || E == 8 || E == 16, "4, 8 or 16 bytes");
-    if constexpr (E == 16)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-    else if constexpr (E == 8)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-
-// R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
-// row by row, by the block's threads
-template <int R, class W, int N>
-__device__ __forceinline__ void copy_table_copies(W (&dst)[N], const void* src) {
-    static_assert(N % R == 0 && (R & (R - 1)) == 0, "R copies");
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    const W* s = reinterpret_cast<const W*>(src);
-    for (int i = threadIdx.x; i < N; i += blockDim.x) cp_async_ca<sizeof(W)>(d + uint32_t(sizeof(W)) * i, s + i / R);
 }
 
 // A grid's value q times the sub-block's scale s rounded to bf16 (h), in one fma per pair: the
@@ -2338,20 +2308,17 @@ struct Fast<IQ3_XXS> {
     // Int8TableRows): grid row r (values 4 r .. 4 r + 3, x in its natural order) as 64 + the signed
     // values (grid_signed_u8) into a[2 r] (r < 4) or a[2 (r - 4) + 1]; the signs of rows 2 l, 2 l + 1
     // are ksigns[e] for the 7 bits e of group l, whose bit 7 is e's parity (popc), so no table;
-    // db = d (0.5 + scale) 0.5 on the integer sums, rounded as decode's
-    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
+    // db = d (0.5 + scale) 0.5 on the integer sums, rounded as decode's. By default in a phase of many
+    // items (int8_for: staged_for_items), as measured on the H200 (docs/BENCHMARKS.md "IQ3 int8"; T = 1,
+    // both phases against the default before, same run): deepseek-v3 112.8 -> 105.5 us (0.30 -> 0.32
+    // of the ceiling); qwen3-30b-a3b slower, 22.5 -> 25.3 (its register-fed decode stays)
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = true;
     static constexpr int kInt8Offset = tb::iq3xxs_grid_i8_bias;
-    template <int R>  // R copies (1 or kInt8Copies), by cp.async
+    template <bool Async>
     __device__ static void fill_int8_tables() {
-        if constexpr (R == 1)
-            copy_table<true>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
-        else
-            copy_table_copies<R>(s_iq3xxs_grid_i8_x16, tb::iq3xxs_grid_i8);
+        copy_table<Async>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
     }
-    template <int R = 1>
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
-        static_assert(R == 1 || R == kInt8Copies, "one table or the copies");
-        const uint32_t* grid = R == 1 ? s_iq3xxs_grid_i8 : s_iq3xxs_grid_i8_x16 + (threadIdx.x & (R - 1));
         uint32_t q[2];
         iq_qs(raw.head, q);
         const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
@@ -2362,7 +2329,7 @@ struct Fast<IQ3_XXS> {
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const int r = 2 * l + t;
-                const uint32_t P = grid[grid_byte(q[r >> 2], r & 3) * R];
+                const uint32_t P = s_iq3xxs_grid_i8[grid_byte(q[r >> 2], r & 3)];
                 a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(P, m[t]);
             }
         }
@@ -2441,20 +2408,16 @@ struct Fast<IQ3_S> {
     // The staged kernel's int8 unit at T = 1 (kOptInt8, from its shared-memory table: kInt8Tables,
     // Int8TableRows): grid row r (9-bit index, values 4 r .. 4 r + 3) as 16 + the signed values
     // (grid_signed_u8, the signs bits 4 r .. 4 r + 3 of the unit's sign word) into a[2 r] (r < 4) or
-    // a[2 (r - 4) + 1]; db = d (1 + 2 scale) on the integer sums, as decode's
-    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false;
+    // a[2 (r - 4) + 1]; db = d (1 + 2 scale) on the integer sums, as decode's. By default in down only
+    // (kInt8DefaultDown), as measured on the H200 (docs/BENCHMARKS.md "IQ3 int8"; T = 1, one run):
+    // down only deepseek-v3 118.8 -> 116.9 us, qwen3-30b-a3b 28.5 -> 28.0; both phases 120.0 and 28.2
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false, kInt8DefaultDown = true;
     static constexpr int kInt8Offset = tb::iq3s_grid_i8_bias;
-    template <int R>  // R copies (1 or kInt8Copies), by cp.async
+    template <bool Async>
     __device__ static void fill_int8_tables() {
-        if constexpr (R == 1)
-            copy_table<true>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
-        else
-            copy_table_copies<R>(s_iq3s_grid_i8_x16, tb::iq3s_grid_i8);
+        copy_table<Async>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
     }
-    template <int R = 1>
     __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
-        static_assert(R == 1 || R == kInt8Copies, "one table or the copies");
-        const uint32_t* grid = R == 1 ? s_iq3s_grid_i8 : s_iq3s_grid_i8_x16 + (threadIdx.x & (R - 1));
         const uint32_t os = raw.head.os;
         uint32_t q[2];
         iq_qs(raw.head, q);
@@ -2466,7 +2429,7 @@ struct Fast<IQ3_S> {
             const uint32_t idx = grid_byte(q[r >> 2], r & 3) | ((qh >> r) & 1u) << 8;
             const uint32_t sb = sg >> (8 * (r >> 1));  // the sign byte of rows r & ~1, r | 1
             const uint32_t m = r & 1 ? sign_mask4_hi(sb) : sign_mask4(sb & 15u);
-            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(grid[idx * R], m);
+            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(s_iq3s_grid_i8[idx], m);
         }
         return iq_d(raw.head) * float(1 + 2 * int(sc));
     }
@@ -2656,6 +2619,26 @@ __device__ __forceinline__ void sign_values7p(uint32_t i, uint32_t* w) {
         w[k] ^= (i * ((1u << (15 - 2 * k)) | (1u << (30 - 2 * k))) + (k == 3 ? parity : 0u)) & 0x80008000u;
 }
 
+// E bytes (8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
+template <int E>
+__device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
+    static_assert(E == 8 || E == 16, "8 or 16 bytes");
+    if constexpr (E == 16)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
+// row by row, by the block's threads
+template <int R, class W, int N>
+__device__ __forceinline__ void copy_table_copies(W (&dst)[N], const void* src) {
+    static_assert(N % R == 0 && (R & (R - 1)) == 0, "R copies");
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    const W* s = reinterpret_cast<const W*>(src);
+    for (int i = threadIdx.x; i < N; i += blockDim.x) cp_async_ca<sizeof(W)>(d + uint32_t(sizeof(W)) * i, s + i / R);
+}
+
 // T's sums with its grid in copies (kHas): IqInt<T>'s values, read from the copies
 template <class T>
 struct IqCopies {
@@ -2809,6 +2792,9 @@ bool byte_cols_forced(const KernelParams& p) {
 // 0.53, IQ4_XS 0.43 -> 0.52; qwen3-30b-a3b (neither) slower, 0.41 -> 0.37, 0.38 -> 0.31, 0.36 ->
 // 0.32, 0.38 -> 0.34 (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
+// Fast<T>::kInt8DefaultDown: phase 1 (down) takes T's int8 units by default at any item count, phase 0
+// as kInt8Default says (IQ3_S: down faster at both sizes, both phases slower at deepseek-v3)
+FTW_OPTIONAL_MEMBER(Int8DefaultDown, kInt8DefaultDown, bool, false);
 inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
     return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
@@ -2821,6 +2807,7 @@ bool int8_for(const KernelParams& p, int phase) {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
         if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        if (Int8DefaultDown<Fast<T>>::value && phase == 1) return true;
         return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
     }
 }
@@ -2884,19 +2871,15 @@ struct RegisterFedOnly {};
 // The staged decoder (Dec: TypedDecoder<T, .., true, SharedLoads>) of a phase whose rows of type T
 // take int8 units read from T's shared-memory tables (Fast<T>::kInt8Tables: IQ3_XXS, IQ3_S), which
 // launch_typed picks only where int8_for says, so its launch makes the int8 kernel alone (kInt8Only:
-// rings of 2 stages, as the other int8 types'). Its blocks fill the tables by cp.async: R = 1, one
-// table, waited for after the routing; R = kInt8Copies, the copies (where grid_copies says), in
-// blocks of 4 warps (16-32 KB per block), waited for once the first ring stages are in flight, as
-// IntSumRows' copies.
-template <class T, class Dec, int R = 1>
+// a ring of 2 stages, as the other int8 types'): its blocks fill the tables by cp.async, waited for
+// after the routing. Measured and dropped (docs/BENCHMARKS.md "IQ3 int8", commit 05858aa has it):
+// the grid in 16 copies, blocks of 4 warps, as IntSumRows' (H200, T = 1, deepseek-v3 IQ3_XXS 105.5
+// -> 116.6 us, IQ3_S 120.1 -> 139.4; qwen3-30b-a3b 25.3 -> 40.0, 28.2 -> 48.5)
+template <class T, class Dec>
 struct Int8TableRows : Dec {
     static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
-    static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true, kSetupLate = R > 1;
-    static constexpr int kBlockWarps = R > 1 ? 4 : 0;
-    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<R>(); }
-    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
-        return Fast<T>::template decode_int8<R>(Fast<T>::template load<SharedLoads>(b, k), a);
-    }
+    static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true;
+    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
 };
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
