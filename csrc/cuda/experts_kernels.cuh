@@ -1025,7 +1025,8 @@ constexpr int kOptByteCols = 32768;
 //                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 //   kOptInt8       T = 1, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
-//                  IQ4_NL, IQ4_XS: kInt8, decode_int8): each weight is a small integer times its
+//                  IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S: kInt8, decode_int8; the IQ3 grids in shared memory,
+//                  docs/BENCHMARKS.md "IQ3 int8"): each weight is a small integer times its
 //                  unit's scale, so the units go to mma.m16n8k32 u8 x s8 (s32 sums) as integers and x
 //                  as two int8 planes per 32-value group j (quantize_int8, a launch before the phase
 //                  that the phase waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'

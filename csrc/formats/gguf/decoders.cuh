@@ -2257,7 +2257,8 @@ struct Fast<IQ2_XS> {
 template <>
 struct Fast<IQ3_XXS> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.24x of the ceiling; staged 0.19x
+    // register-fed: H200, T=1, 0.24x of the ceiling; staged 0.19x (at T = 1 in phases of many items:
+    // int8 units, decode_int8 below)
     static constexpr bool kGenericShared = true;  // as IQ3_S (where staged: FTW_GGUF_CUDA_DECODER=staged)
     struct Raw {
         IqHead head;
@@ -2779,7 +2780,8 @@ bool byte_cols_forced(const KernelParams& p) {
 }
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
-// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS, and IQ3_XXS, IQ3_S from their grids in shared memory
+// (kInt8Tables, Int8TableRows; IQ3_S's down by kInt8DefaultDown); phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
 // Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment) at T = 1, with x (phase 0) or act
 // (phase 1) quantized per 32-value group into the workspace first (quantize_int8); the phase then
 // decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
@@ -2847,8 +2849,8 @@ struct StagedRows {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
-    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
-    // says for the phase
+    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS; the types whose int8 units
+    // read tables, IQ3_XXS and IQ3_S, in Int8TableRows), at T = 1 where int8_for<T> says for the phase
     // (a type whose int8 units read shared-memory tables, kInt8Tables, takes them in Int8TableRows)
     static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value && !Int8Tables<F>::value;
     static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
