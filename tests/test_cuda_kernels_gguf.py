@@ -414,6 +414,7 @@ def test_iq_types_on_float32_sub_block_sums(types, T, size, sums, stages, monkey
     """The grid values as exact signed bf16 integers, each scale group's (32 values, IQ2_XS's 16)
     float32 scale applied to the mma's sums, against gguf.quants' values: one item per block and
     more items than blocks, rows of 1, 2, 3 and 8 super-blocks, T = 1..8 (pair columns 0..7)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", sums)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     check(types, T, [13, sum(map(ord, "".join(types))), INT_SUMS.index(sums), len(stages)], **size)
@@ -438,6 +439,7 @@ def test_iq_grids_in_copies(types, T, size, copies, stages, monkeypatch):
     """Every lane reading its own copy of the grid gives the values of gguf.quants: one item per
     block and more items than blocks, rows of 1 to 8 super-blocks, T = 1..8, both phases in copies
     (H = I = 2048) and one of them."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_INTSUMS", "1")
     monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
@@ -449,6 +451,7 @@ def test_iq_grids_in_copies(types, T, size, copies, stages, monkeypatch):
 def test_iq3_xxs_on_sums_where_both_phases_take_copies(T, copies, monkeypatch):
     """IQ3_XXS's default: on sums with its grid in copies where both phases' rows have 8 chunks or
     more (H = I = 2048), register-fed with FTW_GGUF_CUDA_GRID_COPIES=0 (as at smaller sizes)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (IQ3_S's down and IQ3_XXS's many-item phases at T = 1 take int8 units)
     monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", copies)
     check(("IQ3_XXS", "IQ3_XXS", "IQ3_XXS"), T, [19, T, GRID_COPIES.index(copies)], H=2048, I=2048, E=8, K=8)
 
@@ -548,9 +551,10 @@ def test_gguf_unit_columns(name, cols, monkeypatch):
 
 
 def far_rows(name, rows, n, rng, small):
-    """[rows, row bytes] of random `name` blocks (IQ4_XS or MXFP4) with block scales of 2^-20 where
+    """[rows, row bytes] of random `name` blocks (IQ4_XS, MXFP4, IQ3_XXS, IQ3_S) with block scales of 2^-20 where
     small(block index) holds, else 2^+20 (IQ4_XS: d = 2^-24, an f16 subnormal, or 2^15, times its
-    6-bit sub-block scales' ls - 32, -32..31; MXFP4: E8M0 127 -+ 20). IQ4_XS: the decode without byte
+    6-bit sub-block scales' ls - 32, -32..31; the IQ3 types' d likewise, times their 4-bit scales;
+    MXFP4: E8M0 127 -+ 20). IQ4_XS: the decode without byte
     columns at these scales (its byte columns were measured slower and dropped, commit 5a41aa6)."""
     t = ggml_type_named(name)
     nb = n // t.block
@@ -628,7 +632,7 @@ def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
     for v in ("1", "gate_up", "down"):
         assert errs[v] < REL_TOL, f"{types} {size} int8 {v}: {errs[v]:.3g}"
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{types} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
-        if v != "down" or types[2] in INT8 + INT8_SUMS16:
+        if v != "down" or types[2] in INT8 + INT8_SUMS16 + INT8_GRIDS:
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
     if default is not None:
         monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
@@ -653,6 +657,71 @@ def test_gguf_int8_units(name, size, monkeypatch):
 def test_gguf_int8_units_down_other_type(name, monkeypatch):
     """gate_up int8, down of another type (its own kernel in phase 1)."""
     int8_pair((name, name, "Q8_0"), "xs", [31, INT8.index(name)], monkeypatch)
+
+
+# IQ3_XXS / IQ3_S as int8 units (kOptInt8 from shared-memory grids, Int8TableRows): each grid row's
+# magnitudes plus a bias (64, 16) with the signs applied per byte, against x as for the int8 units
+# (FTW_GGUF_CUDA_INT8=1 / gate_up / down, staged also where IQ3_XXS is register-fed). Rows of 3 and
+# 8 super-blocks (xs, chunks: more items than blocks, down rows of 2 and 3), down of Q8_0 and of the
+# other IQ3 type, and block scales 2^-20 / 2^20; the defaults (IQ3_XXS both phases where they have
+# many items, IQ3_S down at any size) take the way the switch names.
+INT8_GRIDS = ["IQ3_XXS", "IQ3_S"]
+
+
+@pytest.mark.parametrize("size", ["xs", "chunks"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units(name, size, monkeypatch):
+    int8_pair((name, name, name), size, [47, INT8_GRIDS.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("items", ["many", "rule"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_by_default(name, items, monkeypatch):
+    """FTW_GGUF_CUDA_INT8 unset takes what the defaults say, at T = 1: IQ3_XXS int8 in both phases
+    where they have many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: every size), none at this size by
+    the rule; IQ3_S int8 in down only, at either. The default's output is the named way's (to
+    float32 rounding of the adds into out) and not the bf16 way's."""
+    H, I, E, K = INT8_SIZES["xs"]  # noqa: E741
+    rng = np.random.default_rng([61, INT8_GRIDS.index(name), items == "many"])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    if items == "many":
+        monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", "0")
+    outs = {}
+    for v in ("", "0", "1", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        outs[v] = run(opts, banks, x, ids, wts)
+    way = {("IQ3_XXS", "many"): "1", ("IQ3_XXS", "rule"): "0"}.get((name, items), "down")
+    ref = outs[way].double().cpu().numpy()
+    err = rel_err(outs[""], ref)
+    print(f"gguf cuda {name} int8 default ({items} items) against {way}: {err:.2e}")
+    assert err < 1e-6, f"{name} {items}: the default is not the {way} way ({err:.3g})"
+    if way != "0":
+        assert not torch.equal(outs[""], outs["0"]), f"{name} {items}: the default took no int8 units"
+
+
+@pytest.mark.parametrize("down", ["Q8_0", "other"])
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_down_other_type(name, down, monkeypatch):
+    """gate_up as int8 grid units, down of Q8_0 (its own kernel) or of the other IQ3 type (int8 too)."""
+    d = down if down == "Q8_0" else INT8_GRIDS[1 - INT8_GRIDS.index(name)]
+    int8_pair((name, name, d), "xs", [53, INT8_GRIDS.index(name), int(down == "Q8_0")], monkeypatch)
+
+
+@pytest.mark.parametrize("scales", list(FAR_SCALES))
+@pytest.mark.parametrize("name", INT8_GRIDS)
+def test_gguf_int8_grid_units_scales_far_apart(name, scales, monkeypatch):
+    """Block scales of 2^-20 and 2^+20 with the IQ3 int8 units."""
+    gu_small, down_small = FAR_SCALES[scales]
+
+    def rows(H, I, E, rng):  # noqa: E741
+        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
+        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+
+    int8_pair((name, name, name), "xs", [59, INT8_GRIDS.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
 
 
 @pytest.mark.parametrize("graph", [False, True])

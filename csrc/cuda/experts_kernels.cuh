@@ -1025,7 +1025,8 @@ constexpr int kOptByteCols = 32768;
 //                  Q2_K 409 -> 248. Where staged_lanes16 says (T = 1)
 constexpr int kOptLanes16 = 262144;
 //   kOptInt8       T = 1, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
-//                  IQ4_NL, IQ4_XS: kInt8, decode_int8): each weight is a small integer times its
+//                  IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S: kInt8, decode_int8; the IQ3 grids in shared memory,
+//                  docs/BENCHMARKS.md "IQ3 int8"): each weight is a small integer times its
 //                  unit's scale, so the units go to mma.m16n8k32 u8 x s8 (s32 sums) as integers and x
 //                  as two int8 planes per 32-value group j (quantize_int8, a launch before the phase
 //                  that the phase waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'
@@ -1116,6 +1117,9 @@ FTW_OPTIONAL_MEMBER(ByteColsX, kByteColsX, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Cols, kInt8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Interleaved, kInt8Interleaved, bool, false);
 FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
+// kInt8Only (optional, false): the decoder is launched only where its phase takes kOptInt8 (gguf's
+// Int8TableRows), so launch_decode makes its int8 kernel alone
+FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -3225,7 +3229,12 @@ inline bool staged_whole_copy() { return !env_is("FTW_CUDA_STAGED_WHOLECOPY", "0
 template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if (decode_phase_skipped(PH)) return;
-    if constexpr (Staged<Dec>::available) {
+    if constexpr (Int8Only<Dec>::value) {  // (launched only where the phase takes int8 units: no other staged kernel made)
+        if (staged_decode<Dec>()) {
+            launch_quantize_int8<Int8Interleaved<Dec>::value, PH>(p, stream);
+            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptInt8>(p, stream);
+        }
+    } else if constexpr (Staged<Dec>::available) {
         if (staged_decode<Dec>()) {
             // (ShortRing: a byte-stream decoder asking for the short rings of the wide ones)
             constexpr bool wide = StageShape<Dec>::kPitch >= 13 || ShortRing<Dec>::value;

@@ -2109,6 +2109,35 @@ __shared__ __align__(16) uint2 s_iq2xs_grid[512];
 __shared__ __align__(16) uint32_t s_iq3xxs_grid[256];
 __shared__ __align__(16) uint32_t s_iq3s_grid[512];
 __shared__ __align__(16) uint8_t s_ksigns[128];
+// The IQ3 grids for the staged kernel's int8 units (kOptInt8; Fast<T>::kInt8Tables): a row's 4
+// magnitudes plus the grid's bias B (gen_tables.py's *_grid_i8: 64 for IQ3_XXS, 16 for IQ3_S), one
+// u8 word per row, copied into shared memory per block by cp.async (Int8TableRows)
+__shared__ __align__(16) uint32_t s_iq3xxs_grid_i8[256];
+__shared__ __align__(16) uint32_t s_iq3s_grid_i8[512];
+
+// 0xFF in byte i where bit 7 of byte i of t is set, else 0 (prmt's sign mode: selector nibbles 8 + i)
+__device__ __forceinline__ uint32_t byte_signs(uint32_t t) { return prmt(t, 0u, 0xBA98u); }
+// 0xFF in byte i where bit i of x (< 128) is set: x (2^7 + 2^14 + 2^21 + 2^28) puts bit i at 8 i + 7,
+// and no two of its shifted bits meet (bit j of copy c at j + 7 + 7 c, j < 7: no carry; bits 4..6
+// land on no byte's bit 7)
+__device__ __forceinline__ uint32_t sign_mask4(uint32_t x) { return byte_signs(x * 0x10204080u); }
+// as sign_mask4 for bits 4..7 of x: (x & 0xF0) (2^3 + 2^10 + 2^17 + 2^24)
+__device__ __forceinline__ uint32_t sign_mask4_hi(uint32_t x) { return byte_signs((x & 0xF0u) * 0x01020408u); }
+// as sign_mask4_hi for x < 128 without the mask (bit j of copy c at j + 3 + 7 c: none meet, bits
+// 0..3 on no byte's bit 7, bit 31 clear), bit 7 coming from `top` (bit 31 at most: IQ3_XXS's parity)
+__device__ __forceinline__ uint32_t sign_mask4_hi7(uint32_t x, uint32_t top) { return byte_signs(x * 0x01020408u + top); }
+// byte k of w (a grid index) by one prmt, which the table's address then scales by one IMAD (a shift
+// and a mask took two)
+__device__ __forceinline__ uint32_t grid_byte(uint32_t w, int k) { return prmt(w, 0u, 0x4440u | uint32_t(k)); }
+// A grid row's int8 A word: P's bytes are B + v (v the magnitudes, 0 < v < B), m's 0xFF where the
+// value is negative; those bytes take 2 B - P = B - v, the others P, so every byte is B plus the
+// signed value (u8; the kernel takes B times x's group sum off, kInt8Offset). No borrow: P < 2 B.
+template <int B>
+__device__ __forceinline__ uint32_t grid_signed_u8(uint32_t P, uint32_t m) {
+    static_assert(B > 0 && 2 * B < 256, "a bias of one byte");
+    const uint32_t n = uint32_t(2 * B) * 0x01010101u - P;
+    return (P & ~m) | (n & m);
+}
 
 // a table of N words of type W from the generated global one, by the block's threads: loaded and
 // stored, or (Async) 16 bytes per cp.async, which the kernel waits for after its routing
@@ -2277,7 +2306,8 @@ struct Fast<IQ2_XS> {
 template <>
 struct Fast<IQ3_XXS> {
     static constexpr bool kHas = true;
-    // register-fed: H200, T=1, 0.24x of the ceiling; staged 0.19x
+    // register-fed: H200, T=1, 0.24x of the ceiling; staged 0.19x (at T = 1 in phases of many items:
+    // int8 units, decode_int8 below)
     static constexpr bool kGenericShared = true;  // as IQ3_S (where staged: FTW_GGUF_CUDA_DECODER=staged)
     struct Raw {
         IqHead head;
@@ -2323,6 +2353,37 @@ struct Fast<IQ3_XXS> {
             const uint32_t i0 = (q[l >> 1] >> (16 * (l & 1))) & 0xFFu, i1 = (q[l >> 1] >> (16 * (l & 1) + 8)) & 0xFFu;
             grid_values8_fma(make_uint2(s_iq3xxs_grid[i0], s_iq3xxs_grid[i1]), s_ksigns[(s >> (7 * l)) & 127], f, w + 4 * l);
         }
+    }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8, from its shared-memory table: kInt8Tables,
+    // Int8TableRows): grid row r (values 4 r .. 4 r + 3, x in its natural order) as 64 + the signed
+    // values (grid_signed_u8) into a[2 r] (r < 4) or a[2 (r - 4) + 1]; the signs of rows 2 l, 2 l + 1
+    // are ksigns[e] for the 7 bits e of group l, whose bit 7 is e's parity (popc), so no table;
+    // db = d (0.5 + scale) 0.5 on the integer sums, rounded as decode's. By default in a phase of many
+    // items (int8_for: staged_for_items), as measured on the H200 (docs/BENCHMARKS.md "IQ3 int8"; T = 1,
+    // both phases against the default before, same run): deepseek-v3 112.8 -> 105.5 us (0.30 -> 0.32
+    // of the ceiling); qwen3-30b-a3b slower, 22.5 -> 25.3 (its register-fed decode stays)
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = true;
+    static constexpr int kInt8Offset = tb::iq3xxs_grid_i8_bias;
+    template <bool Async>
+    __device__ static void fill_int8_tables() {
+        copy_table<Async>(s_iq3xxs_grid_i8, tb::iq3xxs_grid_i8);
+    }
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t s = __funnelshift_r(raw.s0, raw.s1, 8 * ((raw.head.os >> 8) & 3));
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const uint32_t e = (s >> (7 * l)) & 127u;
+            const uint32_t m[2] = {sign_mask4(e), sign_mask4_hi7(e, __popc(e) << 31)};
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const int r = 2 * l + t;
+                const uint32_t P = s_iq3xxs_grid_i8[grid_byte(q[r >> 2], r & 3)];
+                a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(P, m[t]);
+            }
+        }
+        return __fmul_rn(__fmul_rn(iq_d(raw.head), 0.5f + float(s >> 28)), 0.5f);
     }
 };
 
@@ -2393,6 +2454,34 @@ struct Fast<IQ3_S> {
             }
             grid_values8_fma(make_uint2(s_iq3s_grid[idx[0]], s_iq3s_grid[idx[1]]), sg >> (8 * l), f, w + 4 * l);
         }
+    }
+    // The staged kernel's int8 unit at T = 1 (kOptInt8, from its shared-memory table: kInt8Tables,
+    // Int8TableRows): grid row r (9-bit index, values 4 r .. 4 r + 3) as 16 + the signed values
+    // (grid_signed_u8, the signs bits 4 r .. 4 r + 3 of the unit's sign word) into a[2 r] (r < 4) or
+    // a[2 (r - 4) + 1]; db = d (1 + 2 scale) on the integer sums, as decode's. By default in down only
+    // (kInt8DefaultDown), as measured on the H200 (docs/BENCHMARKS.md "IQ3 int8"; T = 1, one run):
+    // down only deepseek-v3 118.8 -> 116.9 us, qwen3-30b-a3b 28.5 -> 28.0; both phases 120.0 and 28.2
+    static constexpr bool kInt8 = true, kInt8Tables = true, kInt8Default = false, kInt8DefaultDown = true;
+    static constexpr int kInt8Offset = tb::iq3s_grid_i8_bias;
+    template <bool Async>
+    __device__ static void fill_int8_tables() {
+        copy_table<Async>(s_iq3s_grid_i8, tb::iq3s_grid_i8);
+    }
+    __device__ static float decode_int8(const Raw& raw, uint32_t (&a)[8]) {
+        const uint32_t os = raw.head.os;
+        uint32_t q[2];
+        iq_qs(raw.head, q);
+        const uint32_t qh = raw.qh >> (8 * ((os >> 8) & 3));
+        const uint32_t sg = __funnelshift_r(raw.sg0, raw.sg1, 8 * ((os >> 10) & 3));
+        const uint32_t sc = (raw.sc >> (8 * ((os >> 12) & 3) + 4 * ((os >> 14) & 1))) & 15;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            const uint32_t idx = grid_byte(q[r >> 2], r & 3) | ((qh >> r) & 1u) << 8;
+            const uint32_t sb = sg >> (8 * (r >> 1));  // the sign byte of rows r & ~1, r | 1
+            const uint32_t m = r & 1 ? sign_mask4_hi(sb) : sign_mask4(sb & 15u);
+            a[r < 4 ? 2 * r : 2 * (r - 4) + 1] = grid_signed_u8<kInt8Offset>(s_iq3s_grid_i8[idx], m);
+        }
+        return iq_d(raw.head) * float(1 + 2 * int(sc));
     }
 };
 
@@ -2740,9 +2829,10 @@ bool byte_cols_forced(const KernelParams& p) {
 }
 
 // Whether the staged kernel decodes a phase's rows of type T as int8 units on the IMMA (kOptInt8:
-// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS; phase 0 only with kOptInt8Sums: Fast<T>::kInt8Sums,
-// Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment; both phases where Fast<T>::kInt8SumsDown,
-// Q2_K's units in kOptLanes16's kernel) at T = 1, with x (phase 0) or act
+// Fast<T>::kInt8, Q4_0, MXFP4, IQ4_NL, IQ4_XS, and IQ3_XXS, IQ3_S from their grids in shared memory
+// (kInt8Tables, Int8TableRows; IQ3_S's down by kInt8DefaultDown); phase 0 only with kOptInt8Sums:
+// Fast<T>::kInt8Sums, Q4_K, Q5_K, their sub-blocks in the lane-blocks assignment; both phases where
+// Fast<T>::kInt8SumsDown, Q2_K's units in kOptLanes16's kernel) at T = 1, with x (phase 0) or act
 // (phase 1) quantized per 32-value group into the workspace first (quantize_int8); the phase then
 // decodes staged also where it would not (launch_typed). FTW_GGUF_CUDA_INT8=1 in both phases
 // wherever T has it, =gate_up / =down in that phase only, =0 never; unset where
@@ -2759,6 +2849,9 @@ bool byte_cols_forced(const KernelParams& p) {
 // 71.7 -> 62.8 us, 0.40 -> 0.46; qwen3-30b-a3b 17.8 -> 18.1 us, gate_up alone 19.0).
 FTW_OPTIONAL_MEMBER(Int8Default, kInt8Default, bool, false);
 FTW_OPTIONAL_MEMBER(Int8DefaultManyItems, kInt8DefaultManyItems, bool, false);
+// Fast<T>::kInt8DefaultDown: phase 1 (down) takes T's int8 units by default at any item count, phase 0
+// as kInt8Default says (IQ3_S: down faster at both sizes, both phases slower at deepseek-v3)
+FTW_OPTIONAL_MEMBER(Int8DefaultDown, kInt8DefaultDown, bool, false);
 inline bool staged_for_items(const KernelParams& p, int phase);
 inline bool int8_asked(int phase) {
     return env_is("FTW_GGUF_CUDA_INT8", "1") || env_is("FTW_GGUF_CUDA_INT8", phase == 0 ? "gate_up" : "down");
@@ -2772,10 +2865,15 @@ bool int8_for(const KernelParams& p, int phase) {
         // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K)
         if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && phase != 0) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        if (Int8DefaultDown<Fast<T>>::value && phase == 1) return true;
         constexpr bool many = Int8Cols<Fast<T>>::value || Int8DefaultManyItems<Fast<T>>::value;
         return Int8Default<Fast<T>>::value && (!many || staged_for_items(p, phase));
     }
 }
+
+// Fast<T>::kInt8Tables: T's int8 units read tables the block keeps in shared memory (IQ3_XXS, IQ3_S:
+// fill_int8_tables), so only Int8TableRows takes them
+FTW_OPTIONAL_MEMBER(Int8Tables, kInt8Tables, bool, false);
 
 // experts_decode_staged's byte-stream interface for rows of type T (csrc/cuda/experts_kernels.cuh):
 // a chunk of 256 values is whole blocks (one K/IQ super-block, or 8 blocks of 32); a block starts
@@ -2808,9 +2906,10 @@ struct StagedRows {
         return F::decode_cols(F::template load<M>(b, k), w);
     }
     static bool byte_cols(const KernelParams& p) { return byte_cols_for<T>(p); }
-    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS), at T = 1 where int8_for<T>
-    // says for the phase
-    static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value;
+    // int8 units where F has them (kOptInt8: Q4_0, MXFP4, IQ4_NL, IQ4_XS; the types whose int8 units
+    // read tables, IQ3_XXS and IQ3_S, in Int8TableRows), at T = 1 where int8_for<T> says for the phase
+    // (a type whose int8 units read shared-memory tables, kInt8Tables, takes them in Int8TableRows)
+    static constexpr bool kInt8 = Int8Cols<F>::value && !LoadsTables<M>::value && !Int8Tables<F>::value;
     static constexpr bool kInt8Interleaved = Int8Interleaved<F>::value;
     static constexpr int kInt8Offset = Int8Offset<F>::value;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
@@ -2828,6 +2927,19 @@ struct StagedRowsOf<T, M, true> : StagedRows<T, M> {
     __device__ static void block_setup() { Fast<T>::template fill_tables<M::kAsync>(); }
 };
 struct RegisterFedOnly {};
+// The staged decoder (Dec: TypedDecoder<T, .., true, SharedLoads>) of a phase whose rows of type T
+// take int8 units read from T's shared-memory tables (Fast<T>::kInt8Tables: IQ3_XXS, IQ3_S), which
+// launch_typed picks only where int8_for says, so its launch makes the int8 kernel alone (kInt8Only:
+// a ring of 2 stages, as the other int8 types'): its blocks fill the tables by cp.async, waited for
+// after the routing. Measured and dropped (docs/BENCHMARKS.md "IQ3 int8", commit 05858aa has it):
+// the grid in 16 copies, blocks of 4 warps, as IntSumRows' (H200, T = 1, deepseek-v3 IQ3_XXS 105.5
+// -> 116.6 us, IQ3_S 120.1 -> 139.4; qwen3-30b-a3b 25.3 -> 40.0, 28.2 -> 48.5)
+template <class T, class Dec>
+struct Int8TableRows : Dec {
+    static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
+    static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true;
+    __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
+};
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
 // bytes at hand when it is decoded: Loaded (Fast<T>::load's registers are the register-fed ring's

@@ -24,6 +24,8 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "
 # grid name in C++ -> the gguf.quants class that holds it (each row: the values of one index)
 GRIDS = {"iq2xxs_grid": quants.IQ2_XXS, "iq2xs_grid": quants.IQ2_XS,
          "iq3xxs_grid": quants.IQ3_XXS, "iq3s_grid": quants.IQ3_S}
+# the grids of 4-value rows that the int8 units read (biased u8 words)
+I8_GRIDS = ("iq3xxs_grid", "iq3s_grid")
 
 
 def c_array(ctype: str, name: str, values: np.ndarray, per_line: int = 16) -> str:
@@ -116,6 +118,16 @@ def header() -> str:
         assert np.array_equal((bf16.astype(np.uint32) << 16).view(np.float32), f)
         out.append(f"// {cls.__name__} grid as bf16: index -> {g.shape[1]} magnitudes' bit patterns")
         out.append(c_array("uint16_t", cname + "_bf16", bf16, per_line=g.shape[1] * 2))
+        if cname in I8_GRIDS:
+            # the IQ3 grids' magnitudes plus a bias B, the least power of two above them, for the
+            # staged kernel's kOptInt8 (decoders.cuh, grid_signed_u8): a row is one u8 word of 4
+            # bytes B + v, and a negative value's byte 2 B - (B + v) = B - v (> 0, 2 B < 256), so
+            # neither has a carry or borrow between bytes
+            bias = 1 << int(g.max()).bit_length()
+            assert g.min() >= 1 and 2 * bias < 256 and g.shape[1] == 4
+            out.append(f"// {cls.__name__} grid plus {bias}: index -> 4 bytes {bias} + magnitude (kOptInt8)")
+            out.append(f"inline constexpr int {cname}_i8_bias = {bias};")
+            out.append(c_array("uint8_t", cname + "_i8", g + bias, per_line=g.shape[1] * 2))
     out += ["}  // namespace ftw::ggml::tables", ""]
     return "\n".join(out)
 

@@ -46,6 +46,12 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
         constexpr bool pf = HasPrefetch<Fast<U>>::value;
         if (m == GgufMode::kLoaded) return launch_with<TypedDecoder<U, false, false>>(phase, p, stream);
         if (m == GgufMode::kPrefetched) return launch_with<TypedDecoder<U, true, false>>(phase, p, stream);
+        // a phase at T = 1 with int8 units read from shared-memory tables (kOptInt8, Int8TableRows:
+        // IQ3_XXS, IQ3_S) where int8_for says, before the sums these types take otherwise
+        if constexpr (std::is_same_v<U, T> && Int8Tables<Fast<U>>::value) {
+            if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int8_for<U>(p, phase))
+                return launch_with<Int8TableRows<U, TypedDecoder<U, pf, true, SharedLoads>>>(phase, p, stream);
+        }
         // the IQ types on float32 sub-block sums (IntSumRows) where int_sums<U> says so (staged; also
         // IQ3_XXS, otherwise register-fed, where both phases take the grid in copies or with
         // FTW_GGUF_CUDA_INTSUMS=1)
