@@ -1781,6 +1781,8 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 // (whose barriers order it before any decode): gguf's IQ grids copied into shared memory; with
 // kSetupAsync by cp.async, waited for after the routing (the copies' latency overlapping its).
 FTW_HAS_MEMBER(HasBlockSetup, block_setup);
+// block_setup_int8() (optional): the block's setup instead of block_setup() in the kOptInt8 kernel
+FTW_HAS_MEMBER(HasInt8Setup, block_setup_int8);
 FTW_OPTIONAL_MEMBER(SetupAsync, kSetupAsync, bool, false);
 // kSetupLate (with kSetupAsync): the copies are waited for after the block's first S ring stages
 // are in flight, not before (gguf's IQ grids in copies: 16-32 KB per block, whose fill would
@@ -2049,7 +2051,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
-    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
+    if constexpr (I8 && HasInt8Setup<Dec>::value)  // the int8 units' own tables (gguf IQ2's byte grids)
+        Dec::block_setup_int8();
+    else if constexpr (HasBlockSetup<Dec>::value)
+        Dec::block_setup();
     if constexpr (SetupAsync<Dec>::value) cp_async_commit();
     const int nexp = staged_route<PH>(p, rt);
     if constexpr (SetupAsync<Dec>::value && !SetupLate<Dec>::value) {  // every thread's copies landed, for every warp
@@ -2379,7 +2384,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         } else {
                             staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
                         }
-                    } else if constexpr (IntSums<Dec>::value) {  // (whole blocks, as above)
+                    } else if constexpr (IntSums<Dec>::value && !I8) {  // (whole blocks, as above; I8: the units below)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         staged_int_sum_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),

@@ -2627,6 +2627,64 @@ struct IqCopies<IQ3_S> {
     __device__ static void fill() { copy_table_copies<8>(s_iq3s_bf16_x8, tb::iq3s_grid_bf16); }
 };
 
+// ---- IQ2 grids as int8 units (the staged kernel's kOptInt8 at T = 1) --------------------------
+//
+// An IQ2_XXS sub-block is one of kOptInt8's units: 32 values, one scale db = d (0.5 + n) / 4, and
+// values that are small integers (grid bytes 8, 25, 43 with a sign each). So a lane of the int8
+// body (experts_decode_staged's I8: lane tig decodes units tig + 4 j of rows g and g + 8 whole) takes
+// the sub-block's four grid rows as bytes, one 8-byte shared load each, from its own copy of the
+// byte grid (16 copies interleaved row by row: row e of copy c at (16 e + c) x 8 bytes, each lane
+// of a 16-lane phase of an 8-byte load in banks of its own), and signs them in registers: the
+// row's 7 sign bits and their parity (ksigns' bit 7) put each byte's sign at that byte's bit 7 by
+// one multiply (the 7-bit index's copies 7 bits apart do not overlap, so no carry), prmt's sign
+// mode spreads it over the byte, and 128 + value is (v ^ m ^ 0x80) + (m & 1) per byte (v >= 1:
+// 255 - v + 1 has no carry; v < 128: the top bit is free). The kernel takes 128 times the x group's
+// sum off the integer sums (kInt8Offset). x in its natural order (a[2 s] values 4 s .. 4 s + 3, a[2 s + 1]
+// 16 + 4 s ..), so grid row r's words go to a[4 r], a[4 r + 2] (r < 2) and a[4 r - 7], a[4 r - 5].
+// IqInt8<T> per type (kHas), seen by the kernel through IntSumRows (with copies):
+//   float decode_int8(b, k, a[8])   sub-block k of the block at b as u8 128 + value; returns db
+//   fill<Async>()                   the byte grid's copies into shared memory (the block's setup)
+//   kDefault                        int8 units by default at T = 1 (int8_for's rule)
+__shared__ __align__(16) uint2 s_iq2xxs_grid_x16[256 * 16];
+
+// 4 magnitudes (bytes of v, 1..127) with the signs at bits 7, 15, 23, 31 of t, as u8 128 + value
+__device__ __forceinline__ uint32_t signed_u8x4(uint32_t v, uint32_t t) {
+    const uint32_t m = prmt(t, 0u, 0xBA98u);  // 0xFF in the negative bytes (prmt's sign mode)
+    return (v ^ m ^ 0x80808080u) + (m & 0x01010101u);
+}
+// a 7-bit ksigns index s7's 8 signs (ksigns[s7]: bits 0..6 and the parity) at the top bit of each
+// byte of two words: values 0..3 (lo), 4..7 (hi); the multiplier puts bit k of its operand at 8 k + 7
+__device__ __forceinline__ void sign_tops(uint32_t s7, uint32_t& lo, uint32_t& hi) {
+    lo = s7 * 0x10204080u;
+    hi = (s7 >> 4) * 0x10204080u + (uint32_t(__popc(s7)) << 31);
+}
+
+template <class T>
+struct IqInt8 {
+    static constexpr bool kHas = false, kDefault = false;
+};
+
+template <>
+struct IqInt8<IQ2_XXS> {
+    static constexpr bool kHas = true, kDefault = true;
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        const uint8_t* q = b + 2 + 8 * k;
+        const uint32_t idx = ld_u32_a2(q), sg = ld_u32_a2(q + 4);
+        const uint2* copy = s_iq2xxs_grid_x16 + (threadIdx.x & 15);  // the lane's copy
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const uint2 g = copy[((idx >> (8 * r)) & 255) * 16];
+            uint32_t lo, hi;
+            sign_tops((sg >> (7 * r)) & 127, lo, hi);
+            a[r < 2 ? 4 * r : 4 * r - 7] = signed_u8x4(g.x, lo);
+            a[r < 2 ? 4 * r + 2 : 4 * r - 5] = signed_u8x4(g.y, hi);
+        }
+        return half_bits(ld_u16(b)) * half_step(sg >> 28) * 0.25f;  // ggml's db, rounded as ggml's
+    }
+    template <bool>
+    __device__ static void fill() { copy_table_copies<16>(s_iq2xxs_grid_x16, tb::iq2xxs_grid); }
+};
+
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
 
@@ -2710,12 +2768,14 @@ inline bool int8_asked(int phase) {
 }
 template <class T>
 bool int8_for(const KernelParams& p, int phase) {
-    if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value) {
+    constexpr bool iq = IqInt8<T>::kHas;  // (the IQ2 grids' units: IntSumRows with copies)
+    if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value && !iq) {
         return false;
     } else {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
-        if (!Int8Cols<Fast<T>>::value && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
+        if (!Int8Cols<Fast<T>>::value && !iq && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        if constexpr (iq) return IqInt8<T>::kDefault;
         return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
     }
 }
@@ -3001,6 +3061,15 @@ struct IntSumRows : Dec {
         else
             I::int_values(b, j, tig, w, s);
     }
+    // int8 units where T has them (IqInt8<T>: IQ2_XXS), with copies (phases of 8 chunks or more),
+    // at T = 1 where int8_for<T> says for the phase; their own tables in the block's setup
+    static constexpr bool kInt8 = Copies && IqInt8<T>::kHas, kInt8Interleaved = false;
+    static constexpr int kInt8Offset = 128;
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        return IqInt8<T>::decode_int8(b, k, a);
+    }
+    __device__ static void block_setup_int8() { IqInt8<T>::template fill<true>(); }
+    static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };
 // whether phase `phase` of rows of IQ type T on sums reads its grid in copies (IqCopies<T>): where
 // its rows have at least 8 chunks (so its blocks of 4 warps get 2 chunks each: at the qwen3-30b-a3b
