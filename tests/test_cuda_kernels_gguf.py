@@ -713,7 +713,7 @@ def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
 # int8_pair: every way within the tolerance, no less accurate than the bf16 sums, and not identical
 # to them where the phase took the units. "copies" forces copies (so int8) in both phases; "default"
 # leaves the rule: at "chunks" gate_up's rows have 8 chunks (int8), down's 2 (bf16 sums, one grid).
-INT8_IQ = ["IQ2_XXS"]
+INT8_IQ = ["IQ2_XXS", "IQ2_XS"]
 
 
 @pytest.mark.parametrize("copies", ["copies", "default"])

@@ -2531,14 +2531,16 @@ __device__ __forceinline__ void sign_values7p(uint32_t i, uint32_t* w) {
         w[k] ^= (i * ((1u << (15 - 2 * k)) | (1u << (30 - 2 * k))) + (k == 3 ? parity : 0u)) & 0x80008000u;
 }
 
-// E bytes (8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
+// E bytes (4, 8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
 template <int E>
 __device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
-    static_assert(E == 8 || E == 16, "8 or 16 bytes");
+    static_assert(E == 4 || E == 8 || E == 16, "4, 8 or 16 bytes");
     if constexpr (E == 16)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-    else
+    else if constexpr (E == 8)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 
 // R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
@@ -2630,33 +2632,48 @@ struct IqCopies<IQ3_S> {
 // ---- IQ2 grids as int8 units (the staged kernel's kOptInt8 at T = 1) --------------------------
 //
 // An IQ2_XXS sub-block is one of kOptInt8's units: 32 values, one scale db = d (0.5 + n) / 4, and
-// values that are small integers (grid bytes 8, 25, 43 with a sign each). So a lane of the int8
-// body (experts_decode_staged's I8: lane tig decodes units tig + 4 j of rows g and g + 8 whole) takes
-// the sub-block's four grid rows as bytes, one 8-byte shared load each, from its own copy of the
-// byte grid (16 copies interleaved row by row: row e of copy c at (16 e + c) x 8 bytes, each lane
-// of a 16-lane phase of an 8-byte load in banks of its own), and signs them in registers: the
-// row's 7 sign bits and their parity (ksigns' bit 7) put each byte's sign at that byte's bit 7 by
-// one multiply (the 7-bit index's copies 7 bits apart do not overlap, so no carry), prmt's sign
-// mode spreads it over the byte, and 128 + value is (v ^ m ^ 0x80) + (m & 1) per byte (v >= 1:
-// 255 - v + 1 has no carry; v < 128: the top bit is free). The kernel takes 128 times the x group's
-// sum off the integer sums (kInt8Offset). x in its natural order (a[2 s] values 4 s .. 4 s + 3, a[2 s + 1]
-// 16 + 4 s ..), so grid row r's words go to a[4 r], a[4 r + 2] (r < 2) and a[4 r - 7], a[4 r - 5].
+// values that are small integers (one of the grid's 3 levels, 8, 25 or 43, with a sign each). So a
+// lane of the int8 body (experts_decode_staged's I8: lane tig decodes units tig + 4 j of rows g and
+// g + 8 whole) makes each 8 values of a unit by one prmt per 4: the grid row as 8 level codes, a
+// nibble each (*_grid_codes), or'd with the sign index's 8 signs at bit 2 of each nibble
+// (ksigns_nibbles, the parity included), is the selector of 4 values' bytes from the 8 bytes
+// +levels, -levels (generated: *_grid_u8_word*, 128 + value; *_s8_word*). Both tables are 32-bit
+// rows read from shared memory, in copies interleaved row by row (row e of copy c at (R e + c) x 4
+// bytes, lane l reading copy l % R: R = 32, every lane in banks of its own; R = 16, lanes l and
+// l + 16 collide unless their rows agree). x in its natural order (a[2 s] values 4 s .. 4 s + 3,
+// a[2 s + 1] 16 + 4 s ..), so grid row r's two words go to a[4 r], a[4 r + 2] (r < 2) and a[4 r - 7],
+// a[4 r - 5]. Per 8 values: two shared loads, an or, two prmt and a shift (the bf16 sums: a 16-byte
+// load, the signs by four imad and lop3, a popc; the same integers, the same scales).
 // IqInt8<T> per type (kHas), seen by the kernel through IntSumRows (with copies):
 //   float decode_int8(b, k, a[8])   sub-block k of the block at b as u8 128 + value; returns db
-//   fill<Async>()                   the byte grid's copies into shared memory (the block's setup)
+//   (kHalves: a scale per 16 values) float decode_int8_halves(b, k, a[8], f[2]): s8 values,
+//                                   returns d / 8 and in f the halves' factors 2 n + 1
+//   fill<Async>()                   the copies into shared memory (the block's setup)
 //   kDefault                        int8 units by default at T = 1 (int8_for's rule)
-__shared__ __align__(16) uint2 s_iq2xxs_grid_x16[256 * 16];
+__shared__ __align__(16) uint32_t s_ksigns_nibbles_x16[128 * 16];
+__shared__ __align__(16) uint32_t s_iq2xxs_codes_x32[256 * 32];
+__shared__ __align__(16) uint32_t s_iq2xs_codes_x16[512 * 16];
 
-// 4 magnitudes (bytes of v, 1..127) with the signs at bits 7, 15, 23, 31 of t, as u8 128 + value
-__device__ __forceinline__ uint32_t signed_u8x4(uint32_t v, uint32_t t) {
-    const uint32_t m = prmt(t, 0u, 0xBA98u);  // 0xFF in the negative bytes (prmt's sign mode)
-    return (v ^ m ^ 0x80808080u) + (m & 0x01010101u);
+// a 32-bit word of shared memory at a 32-bit shared address (not volatile: the addresses come from
+// loads of the ring, which are ordered after the setup's wait; the compiler may schedule the loads)
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
 }
-// a 7-bit ksigns index s7's 8 signs (ksigns[s7]: bits 0..6 and the parity) at the top bit of each
-// byte of two words: values 0..3 (lo), 4..7 (hi); the multiplier puts bit k of its operand at 8 k + 7
-__device__ __forceinline__ void sign_tops(uint32_t s7, uint32_t& lo, uint32_t& hi) {
-    lo = s7 * 0x10204080u;
-    hi = (s7 >> 4) * 0x10204080u + (uint32_t(__popc(s7)) << 31);
+// the lane's copy of a table of R copies interleaved row by row: its row e at base + e * 4 R
+template <int R, int N>
+__device__ __forceinline__ uint32_t lane_copy(const uint32_t (&t)[N]) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(t)) + (threadIdx.x & (R - 1)) * 4;
+}
+
+// 8 values of a grid row (codes c, a nibble each) with the signs sn (bit 2 of each nibble) from the
+// 8 bytes {W0, W1}: values 0..3 into lo, 4..7 into hi
+template <uint32_t W0, uint32_t W1>
+__device__ __forceinline__ void grid_bytes8(uint32_t c, uint32_t sn, uint32_t& lo, uint32_t& hi) {
+    const uint32_t sel = c | sn;
+    lo = prmt(W0, W1, sel);
+    hi = prmt(W0, W1, sel >> 16);
 }
 
 template <class T>
@@ -2670,20 +2687,50 @@ struct IqInt8<IQ2_XXS> {
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t idx = ld_u32_a2(q), sg = ld_u32_a2(q + 4);
-        const uint2* copy = s_iq2xxs_grid_x16 + (threadIdx.x & 15);  // the lane's copy
+        const uint32_t codes = lane_copy<32>(s_iq2xxs_codes_x32), signs = lane_copy<16>(s_ksigns_nibbles_x16);
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const uint2 g = copy[((idx >> (8 * r)) & 255) * 16];
-            uint32_t lo, hi;
-            sign_tops((sg >> (7 * r)) & 127, lo, hi);
-            a[r < 2 ? 4 * r : 4 * r - 7] = signed_u8x4(g.x, lo);
-            a[r < 2 ? 4 * r + 2 : 4 * r - 5] = signed_u8x4(g.y, hi);
-        }
+        for (int r = 0; r < 4; ++r)  // (byte r of idx by one prmt: its row's address by one lea)
+            grid_bytes8<tb::iq2xxs_grid_u8_word0, tb::iq2xxs_grid_u8_word1>(
+                lds_u32(codes + (prmt(idx, 0u, 0x4440u | r) << 7)), lds_u32(signs + (((sg >> (7 * r)) & 127) << 6)),
+                a[r < 2 ? 4 * r : 4 * r - 7], a[r < 2 ? 4 * r + 2 : 4 * r - 5]);
         return half_bits(ld_u16(b)) * half_step(sg >> 28) * 0.25f;  // ggml's db, rounded as ggml's
     }
     template <bool>
-    __device__ static void fill() { copy_table_copies<16>(s_iq2xxs_grid_x16, tb::iq2xxs_grid); }
+    __device__ static void fill() {
+        copy_table_copies<32>(s_iq2xxs_codes_x32, tb::iq2xxs_grid_codes);
+        copy_table_copies<16>(s_ksigns_nibbles_x16, tb::ksigns_nibbles);
+    }
 };
+
+// IQ2_XS: per 8 values a 16-bit word, the 9-bit row of a 512-row grid and a 7-bit ksigns index; a
+// scale per 16 values, db = d (0.5 + n) / 4 = (d / 8) (2 n + 1): the values as s8 (kHalves: the
+// kernel sums each half apart and combines them by the integer factors 2 n + 1 in int32:
+// |f0 I0 + f1 I1| <= 2 x 31 x 16 x 43 x 255 x 127 < 2^31)
+template <>
+struct IqInt8<IQ2_XS> {
+    static constexpr bool kHas = true, kDefault = true, kHalves = true;
+    __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
+        const uint8_t* q = b + 2 + 8 * k;
+        const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)};
+        const uint32_t codes = lane_copy<16>(s_iq2xs_codes_x16), signs = lane_copy<16>(s_ksigns_nibbles_x16);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const uint32_t v = (w[r >> 1] >> (16 * (r & 1))) & 0xFFFFu;
+            grid_bytes8<tb::iq2xs_grid_s8_word0, tb::iq2xs_grid_s8_word1>(
+                lds_u32(codes + ((v & 511) << 6)), lds_u32(signs + ((v >> 9) << 6)), a[r < 2 ? 4 * r : 4 * r - 7],
+                a[r < 2 ? 4 * r + 2 : 4 * r - 5]);
+        }
+        const uint32_t sc = b[66 + k];
+        f[0] = int(2 * (sc & 15) + 1), f[1] = int(2 * (sc >> 4) + 1);
+        return half_bits(ld_u16(b)) * 0.125f;
+    }
+    template <bool>
+    __device__ static void fill() {
+        copy_table_copies<16>(s_iq2xs_codes_x16, tb::iq2xs_grid_codes);
+        copy_table_copies<16>(s_ksigns_nibbles_x16, tb::ksigns_nibbles);
+    }
+};
+FTW_OPTIONAL_MEMBER(IqInt8Halves, kHalves, bool, false);
 
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
@@ -3061,12 +3108,16 @@ struct IntSumRows : Dec {
         else
             I::int_values(b, j, tig, w, s);
     }
-    // int8 units where T has them (IqInt8<T>: IQ2_XXS), with copies (phases of 8 chunks or more),
+    // int8 units where T has them (IqInt8<T>: IQ2_XXS, IQ2_XS), with copies (phases of 8 chunks or more),
     // at T = 1 where int8_for<T> says for the phase; their own tables in the block's setup
     static constexpr bool kInt8 = Copies && IqInt8<T>::kHas, kInt8Interleaved = false;
-    static constexpr int kInt8Offset = 128;
+    static constexpr bool kInt8Halves = IqInt8Halves<IqInt8<T>>::value;  // (IQ2_XS: s8, no offset)
+    static constexpr int kInt8Offset = kInt8Halves ? 0 : 128;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         return IqInt8<T>::decode_int8(b, k, a);
+    }
+    __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
+        return IqInt8<T>::decode_int8_halves(b, k, a, f);
     }
     __device__ static void block_setup_int8() { IqInt8<T>::template fill<true>(); }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
