@@ -711,7 +711,7 @@ def test_gguf_int8_sums_down_other_type(name, down, monkeypatch):
 # grid bytes signed in registers, u8 128 + value on mma m16n8k32 u8 x s8, db on the int32 sums), where
 # a phase reads its grid in copies (rows of 8 chunks or more, or FTW_GGUF_CUDA_GRID_COPIES=1). As
 # int8_pair: every way within the tolerance, no less accurate than the bf16 sums, and not identical
-# to them where the phase took the units. "copies" forces copies (so int8) in both phases; "default"
+# to them where a phase took the units. "copies" forces copies (so int8) in both phases; "default"
 # leaves the rule: at "chunks" gate_up's rows have 8 chunks (int8), down's 2 (bf16 sums, one grid).
 INT8_IQ = ["IQ2_XXS", "IQ2_XS"]
 
@@ -743,8 +743,9 @@ def test_gguf_int8_iq2(name, size, copies, monkeypatch):
     for v in ("1", "gate_up", "down", ""):
         assert errs[v] < REL_TOL, f"{name} {size} {copies} int8 {v}: {errs[v]:.3g}"
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{name} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
-    for v, t in taken.items():
-        assert torch.equal(outs["0"], outs[v]) != t, f"{name} {size} {copies}: the int8 path ({v}) taken: {not t}"
+    for v, t in taken.items():  # (not taken: no check; down's parts add into out in any order)
+        if t:
+            assert not torch.equal(outs["0"], outs[v]), f"{name} {size} {copies}: the int8 path ({v}) did not run"
 
 
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default

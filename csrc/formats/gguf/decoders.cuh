@@ -2638,9 +2638,9 @@ struct IqCopies<IQ3_S> {
 // nibble each (*_grid_codes), or'd with the sign index's 8 signs at bit 2 of each nibble
 // (ksigns_nibbles, the parity included), is the selector of 4 values' bytes from the 8 bytes
 // +levels, -levels (generated: *_grid_u8_word*, 128 + value; *_s8_word*). Both tables are 32-bit
-// rows read from shared memory, in copies interleaved row by row (row e of copy c at (R e + c) x 4
-// bytes, lane l reading copy l % R: R = 32, every lane in banks of its own; R = 16, lanes l and
-// l + 16 collide unless their rows agree). x in its natural order (a[2 s] values 4 s .. 4 s + 3,
+// rows read from shared memory, in 16 copies interleaved row by row (row e of copy c at (16 e + c)
+// x 4 bytes, lane l reading copy l % 16: lanes l and l + 16 collide unless their rows' parities
+// differ or the rows agree). x in its natural order (a[2 s] values 4 s .. 4 s + 3,
 // a[2 s + 1] 16 + 4 s ..), so grid row r's two words go to a[4 r], a[4 r + 2] (r < 2) and a[4 r - 7],
 // a[4 r - 5]. Per 8 values: two shared loads, an or, two prmt and a shift (the bf16 sums: a 16-byte
 // load, the signs by four imad and lop3, a popc; the same integers, the same scales).
@@ -2650,9 +2650,11 @@ struct IqCopies<IQ3_S> {
 //                                   returns d / 8 and in f the halves' factors 2 n + 1
 //   fill<Async>()                   the copies into shared memory (the block's setup)
 //   kDefault                        int8 units by default at T = 1 (int8_for's rule)
-__shared__ __align__(16) uint32_t s_ksigns_nibbles_x16[128 * 16];
-__shared__ __align__(16) uint32_t s_iq2xxs_codes_x32[256 * 32];
-__shared__ __align__(16) uint32_t s_iq2xs_codes_x16[512 * 16];
+// (16 copies each, filled 16 bytes (4 copies) per cp.async from the tables' rows written four times:
+// 4-byte copies, 80 per thread of a 4-warp block, cost more than the units gained, H200)
+__shared__ __align__(16) uint4 s_ksigns_nibbles_x16[128 * 4];
+__shared__ __align__(16) uint4 s_iq2xxs_codes_x16[256 * 4];
+__shared__ __align__(16) uint4 s_iq2xs_codes_x16[512 * 4];
 
 // a 32-bit word of shared memory at a 32-bit shared address (not volatile: the addresses come from
 // loads of the ring, which are ordered after the setup's wait; the compiler may schedule the loads)
@@ -2661,10 +2663,11 @@ __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
     asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
     return v;
 }
-// the lane's copy of a table of R copies interleaved row by row: its row e at base + e * 4 R
-template <int R, int N>
-__device__ __forceinline__ uint32_t lane_copy(const uint32_t (&t)[N]) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(t)) + (threadIdx.x & (R - 1)) * 4;
+// the lane's copy of a table of 16 copies of 32-bit rows interleaved row by row (a 16-byte word
+// holds 4 copies of a row): its row e at base + e * 64
+template <int N>
+__device__ __forceinline__ uint32_t lane_copy(const uint4 (&t)[N]) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(t)) + (threadIdx.x & 15) * 4;
 }
 
 // 8 values of a grid row (codes c, a nibble each) with the signs sn (bit 2 of each nibble) from the
@@ -2687,18 +2690,18 @@ struct IqInt8<IQ2_XXS> {
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t idx = ld_u32_a2(q), sg = ld_u32_a2(q + 4);
-        const uint32_t codes = lane_copy<32>(s_iq2xxs_codes_x32), signs = lane_copy<16>(s_ksigns_nibbles_x16);
+        const uint32_t codes = lane_copy(s_iq2xxs_codes_x16), signs = lane_copy(s_ksigns_nibbles_x16);
 #pragma unroll
         for (int r = 0; r < 4; ++r)  // (byte r of idx by one prmt: its row's address by one lea)
             grid_bytes8<tb::iq2xxs_grid_u8_word0, tb::iq2xxs_grid_u8_word1>(
-                lds_u32(codes + (prmt(idx, 0u, 0x4440u | r) << 7)), lds_u32(signs + (((sg >> (7 * r)) & 127) << 6)),
+                lds_u32(codes + (prmt(idx, 0u, 0x4440u | r) << 6)), lds_u32(signs + (((sg >> (7 * r)) & 127) << 6)),
                 a[r < 2 ? 4 * r : 4 * r - 7], a[r < 2 ? 4 * r + 2 : 4 * r - 5]);
         return half_bits(ld_u16(b)) * half_step(sg >> 28) * 0.25f;  // ggml's db, rounded as ggml's
     }
     template <bool>
     __device__ static void fill() {
-        copy_table_copies<32>(s_iq2xxs_codes_x32, tb::iq2xxs_grid_codes);
-        copy_table_copies<16>(s_ksigns_nibbles_x16, tb::ksigns_nibbles);
+        copy_table_copies<4>(s_iq2xxs_codes_x16, tb::iq2xxs_grid_codes_x4);
+        copy_table_copies<4>(s_ksigns_nibbles_x16, tb::ksigns_nibbles_x4);
     }
 };
 
@@ -2712,7 +2715,7 @@ struct IqInt8<IQ2_XS> {
     __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)};
-        const uint32_t codes = lane_copy<16>(s_iq2xs_codes_x16), signs = lane_copy<16>(s_ksigns_nibbles_x16);
+        const uint32_t codes = lane_copy(s_iq2xs_codes_x16), signs = lane_copy(s_ksigns_nibbles_x16);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const uint32_t v = (w[r >> 1] >> (16 * (r & 1))) & 0xFFFFu;
@@ -2726,8 +2729,8 @@ struct IqInt8<IQ2_XS> {
     }
     template <bool>
     __device__ static void fill() {
-        copy_table_copies<16>(s_iq2xs_codes_x16, tb::iq2xs_grid_codes);
-        copy_table_copies<16>(s_ksigns_nibbles_x16, tb::ksigns_nibbles);
+        copy_table_copies<4>(s_iq2xs_codes_x16, tb::iq2xs_grid_codes_x4);
+        copy_table_copies<4>(s_ksigns_nibbles_x16, tb::ksigns_nibbles_x4);
     }
 };
 FTW_OPTIONAL_MEMBER(IqInt8Halves, kHalves, bool, false);

@@ -124,6 +124,9 @@ def header() -> str:
     for k in range(8):
         nib |= ((ksigns.astype(np.uint32) >> k) & 1) << (4 * k + 2)
     out.append(c_array("uint32_t", "ksigns_nibbles", nib, per_line=8))
+    # each row four times (16 bytes), the source of 16-byte copies into shared memory (the kernel
+    # keeps the tables in copies interleaved row by row, IqInt8)
+    out.append(c_array("uint32_t", "ksigns_nibbles_x4", np.repeat(nib[:, None], 4, axis=1), per_line=8))
     for cname in ("iq2xxs_grid", "iq2xs_grid"):
         g = grid_values(GRIDS[cname])
         levels = np.unique(g)
@@ -134,6 +137,7 @@ def header() -> str:
             words |= codes[:, k] << (4 * k)
         out.append(f"// {cname}: index -> value k's level code (0..2) at nibble k")
         out.append(c_array("uint32_t", cname + "_codes", words, per_line=8))
+        out.append(c_array("uint32_t", cname + "_codes_x4", np.repeat(words[:, None], 4, axis=1), per_line=8))
         signed = np.zeros(8, dtype=np.int16)
         signed[:3], signed[4:7] = levels, -levels.astype(np.int16)
         for form, v in (("u8", signed + 128), ("s8", signed & 0xFF)):
