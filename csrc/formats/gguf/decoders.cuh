@@ -2683,7 +2683,11 @@ template <class T>
 struct IqInt8 {
     static constexpr bool kHas = false, kDefault = false;
 };
+// IqInt8<T>::kManyItems: by default only in a phase of many items (staged_for_items, as I8's types)
 
+// H200, T = 1, x the ceiling, against the bf16 sums with copies in the same run (docs/BENCHMARKS.md
+// "IQ2"): deepseek-v3 0.24 -> 0.29 (98.1 -> 80.0 us), qwen3-30b-a3b 0.19 -> 0.21 (26.1 -> 23.8 us,
+// gate_up only: down's rows of 3 chunks keep one grid and the bf16 sums)
 template <>
 struct IqInt8<IQ2_XXS> {
     static constexpr bool kHas = true, kDefault = true;
@@ -2709,9 +2713,11 @@ struct IqInt8<IQ2_XXS> {
 // scale per 16 values, db = d (0.5 + n) / 4 = (d / 8) (2 n + 1): the values as s8 (kHalves: the
 // kernel sums each half apart and combines them by the integer factors 2 n + 1 in int32:
 // |f0 I0 + f1 I1| <= 2 x 31 x 16 x 43 x 255 x 127 < 2^31)
+// H200, T = 1: deepseek-v3 0.22 -> 0.26 (116.3 -> 100.4 us); qwen3-30b-a3b slower, 0.20 -> 0.18 (26.3 ->
+// 28.6 us, gate_up only), so by default in phases of many items only (kManyItems: deepseek-v3's)
 template <>
 struct IqInt8<IQ2_XS> {
-    static constexpr bool kHas = true, kDefault = true, kHalves = true;
+    static constexpr bool kHas = true, kDefault = true, kHalves = true, kManyItems = true;
     __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)};
@@ -2734,6 +2740,7 @@ struct IqInt8<IQ2_XS> {
     }
 };
 FTW_OPTIONAL_MEMBER(IqInt8Halves, kHalves, bool, false);
+FTW_OPTIONAL_MEMBER(IqInt8ManyItems, kManyItems, bool, false);
 
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
@@ -2825,7 +2832,7 @@ bool int8_for(const KernelParams& p, int phase) {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
         if (!Int8Cols<Fast<T>>::value && !iq && phase != 0) return false;  // (kOptInt8Sums: phase 0 only)
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        if constexpr (iq) return IqInt8<T>::kDefault;
+        if constexpr (iq) return IqInt8<T>::kDefault && (!IqInt8ManyItems<IqInt8<T>>::value || staged_for_items(p, phase));
         return Int8Default<Fast<T>>::value && (!Int8Cols<Fast<T>>::value || staged_for_items(p, phase));
     }
 }
