@@ -145,6 +145,9 @@ VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("
 # without them (=0); Q4_K / Q5_K phase 0 on int8 sub-block sums likewise (kOptInt8Sums, =1 or =gate_up),
 # Q2_K both phases on int8 unit sums (kOptInt8Sums in kOptLanes16's kernel, =1, =gate_up, =down)
 VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gate_up", "down")})
+# gguf IQ2_XXS / IQ2_XS: their int8 units run where a phase reads its grid in copies (rows of 8 chunks
+# or more); with the copies forced in every phase (the qwen3-30b-a3b size's down too)
+VARIANTS["int8-copies-1"] = {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_GRID_COPIES": "1"}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

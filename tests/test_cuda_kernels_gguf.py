@@ -825,6 +825,49 @@ def test_gguf_int8_sums16_two_warps(name, monkeypatch):
     int8_pair((name, name, name), "chunks", [59, INT8_SUMS16.index(name)], monkeypatch)
 
 
+# IQ2 types at T = 1 with int8 units (kOptInt8 on IntSumRows with the grid in copies: a sub-block's
+# grid bytes signed in registers, u8 128 + value on mma m16n8k32 u8 x s8, db on the int32 sums), where
+# a phase reads its grid in copies (rows of 8 chunks or more, or FTW_GGUF_CUDA_GRID_COPIES=1). As
+# int8_pair: every way within the tolerance, no less accurate than the bf16 sums, and not identical
+# to them where a phase took the units. "copies" forces copies (so int8) in both phases; "default"
+# leaves the rule: at "chunks" gate_up's rows have 8 chunks (int8), down's 2 (bf16 sums, one grid).
+INT8_IQ = ["IQ2_XXS", "IQ2_XS"]
+
+
+@pytest.mark.parametrize("copies", ["copies", "default"])
+@pytest.mark.parametrize("size", ["small", "chunks"])
+@pytest.mark.parametrize("name", INT8_IQ)
+def test_gguf_int8_iq2(name, size, copies, monkeypatch):
+    if copies == "copies":
+        monkeypatch.setenv("FTW_GGUF_CUDA_GRID_COPIES", "1")
+    H, I, E, K = INT8_SIZES[size]  # noqa: E741
+    rng = np.random.default_rng([47, INT8_IQ.index(name), list(INT8_SIZES).index(size), int(copies == "copies")])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ref = reference(opts, banks, H, I, x64, ids, wts)
+    outs, errs = {}, {}
+    for v in ("0", "1", "gate_up", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        outs[v] = run(opts, banks, x, ids, wts)
+        errs[v] = rel_err(outs[v], ref)
+    monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
+    outs[""] = run(opts, banks, x, ids, wts)  # the default (IqInt8<T>::kDefault)
+    errs[""] = rel_err(outs[""], ref)
+    print(f"gguf cuda accuracy {name} {size} {copies} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
+          f"down only {errs['down']:.2e}, default {errs['']:.2e}, bf16 sums {errs['0']:.2e}")
+    gu, dn = copies == "copies" or H // 256 >= 8, copies == "copies" or I // 256 >= 8  # phases with copies
+    # the default: IQ2_XXS's wherever a phase has copies; IQ2_XS's only in phases of many items
+    # (IqInt8<IQ2_XS>::kManyItems: at least 12 16-row items per SM, none of these sizes)
+    taken = {"1": gu or dn, "gate_up": gu, "down": dn, "": (gu or dn) and name == "IQ2_XXS"}
+    for v in ("1", "gate_up", "down", ""):
+        assert errs[v] < REL_TOL, f"{name} {size} {copies} int8 {v}: {errs[v]:.3g}"
+        assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{name} {size}: int8 {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
+    for v, t in taken.items():  # (not taken: no check; down's parts add into out in any order)
+        if t:
+            assert not torch.equal(outs["0"], outs[v]), f"{name} {size} {copies}: the int8 path ({v}) did not run"
+
+
 # Q2_K, Q3_K and Q6_K in the staged kernel on float32 sums of their 16-value sub-blocks (the default
 # ""; FTW_GGUF_CUDA_SUBBLOCKS=32 their decode before: Q2_K's values table, Q3_K and Q6_K in bf16),
 # with rings of 2 (the default ""), 3 and 4 stages; Q3_K and Q6_K with d once per chunk (the

@@ -1026,7 +1026,8 @@ constexpr int kOptByteCols = 32768;
 constexpr int kOptLanes16 = 262144;
 //   kOptInt8       T = 1, byte-stream decoders with the int8 interface (gguf Q4_0, MXFP4,
 //                  IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S: kInt8, decode_int8; the IQ3 grids in shared memory,
-//                  docs/BENCHMARKS.md "IQ3 int8"): each weight is a small integer times its
+//                  docs/BENCHMARKS.md "IQ3 int8"; IQ2_XXS, IQ2_XS on their sums with the grid
+//                  in copies, IQ2_XS a scale per 16 values: kInt8Halves): each weight is a small integer times its
 //                  unit's scale, so the units go to mma.m16n8k32 u8 x s8 (s32 sums) as integers and x
 //                  as two int8 planes per 32-value group j (quantize_int8, a launch before the phase
 //                  that the phase waits on: x = s_j (hi + lo / 254), within s_j / 508), in kOptByteCols'
@@ -1120,6 +1121,12 @@ FTW_OPTIONAL_MEMBER(Int8Offset, kInt8Offset, int, 0);
 // kInt8Only (optional, false): the decoder is launched only where its phase takes kOptInt8 (gguf's
 // Int8TableRows), so launch_decode makes its int8 kernel alone
 FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
+//   kInt8Halves (optional, false)       a scale per 16 values (gguf IQ2_XS): float decode_int8_halves(b,
+//                                       k, a[8], f[2]) instead, the values as s8 (no offset), returning
+//                                       the unit's scale and in f the halves' integer factors (values
+//                                       0..15, 16..31: a unit's share is scale * (f0 a0 . x0 + f1 a1 . x1));
+//                                       two IMMA chains per unit, one per half
+FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -1237,6 +1244,14 @@ __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], uint32_t a0, uint32
 __device__ __forceinline__ void imma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                           uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// kOptInt8's integer mma for signed units (kInt8Halves): A s8, B s8
+__device__ __forceinline__ void imma_s8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -1808,6 +1823,8 @@ __device__ __forceinline__ void add_down_part(const KernelParams& p, int pair, i
 // (whose barriers order it before any decode): gguf's IQ grids copied into shared memory; with
 // kSetupAsync by cp.async, waited for after the routing (the copies' latency overlapping its).
 FTW_HAS_MEMBER(HasBlockSetup, block_setup);
+// block_setup_int8() (optional): the block's setup instead of block_setup() in the kOptInt8 kernel
+FTW_HAS_MEMBER(HasInt8Setup, block_setup_int8);
 FTW_OPTIONAL_MEMBER(SetupAsync, kSetupAsync, bool, false);
 // kSetupLate (with kSetupAsync): the copies are waited for after the block's first S ring stages
 // are in flight, not before (gguf's IQ grids in copies: 16-32 KB per block, whose fill would
@@ -2077,7 +2094,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         const int64_t n = int64_t(p.T) * p.H, stride = int64_t(gridDim.x) * blockDim.x;
         for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p.out[i] = 0.f;
     }
-    if constexpr (HasBlockSetup<Dec>::value) Dec::block_setup();
+    if constexpr (I8 && HasInt8Setup<Dec>::value)  // the int8 units' own tables (gguf IQ2's byte grids)
+        Dec::block_setup_int8();
+    else if constexpr (HasBlockSetup<Dec>::value)
+        Dec::block_setup();
     if constexpr (SetupAsync<Dec>::value) cp_async_commit();
     const int nexp = staged_route<PH>(p, rt);
     if constexpr (SetupAsync<Dec>::value && !SetupLate<Dec>::value) {  // every thread's copies landed, for every warp
@@ -2203,16 +2223,37 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                                 uint32_t a[2][8];
                                 float us[2];
+                                int f[2][2];  // kInt8Halves: the halves' integer scales per row
 #pragma unroll
                                 for (int h = 0; h < 2; ++h) {
                                     if (decltype(full)::value || uj < nunits) {
                                         const uint8_t* b = sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u);
-                                        us[h] = Dec::decode_int8(b, tig + 4 * j, a[h]);
+                                        if constexpr (Int8Halves<Dec>::value)
+                                            us[h] = Dec::decode_int8_halves(b, tig + 4 * j, a[h], f[h]);
+                                        else
+                                            us[h] = Dec::decode_int8(b, tig + 4 * j, a[h]);
                                     } else {
-                                        us[h] = 0.f;
+                                        us[h] = 0.f, f[h][0] = f[h][1] = 0;
 #pragma unroll
                                         for (int k = 0; k < 8; ++k) a[h][k] = 0u;
                                     }
+                                }
+                                if constexpr (Int8Halves<Dec>::value) {
+                                    // values 0..15 (a[2 s]: k 4 tig ..) and 16..31 (a[2 s + 1]: k 16 +
+                                    // 4 tig ..) in two chains, each with the other half of A zero;
+                                    // s8 (no offset: the halves' x sums are not at hand)
+                                    int s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+                                    const uint32_t bx[4] = {xb0.x, xb0.y, xb0.z, xb0.w}, by[4] = {xb1.x, xb1.y, xb1.z, xb1.w};
+#pragma unroll
+                                    for (int s = 0; s < 4; ++s) {
+                                        imma_s8s8(s0, a[0][2 * s], a[1][2 * s], 0u, 0u, bx[s], by[s]);
+                                        imma_s8s8(s1, 0u, 0u, a[0][2 * s + 1], a[1][2 * s + 1], bx[s], by[s]);
+                                    }
+                                    const int i0 = f[0][0] * (254 * s0[0] + s0[1]) + f[0][1] * (254 * s1[0] + s1[1]);
+                                    const int i1 = f[1][0] * (254 * s0[2] + s0[3]) + f[1][1] * (254 * s1[2] + s1[3]);
+                                    acc[0][0] = fmaf(float(i0), us[0] * xm.x, acc[0][0]);
+                                    acc[0][2] = fmaf(float(i1), us[1] * xm.x, acc[0][2]);
+                                    continue;
                                 }
                                 int sum[4] = {0, 0, 0, 0};
                                 imma_u8s8(sum, a[0][0], a[1][0], a[0][1], a[1][1], xb0.x, xb1.x);
@@ -2419,7 +2460,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         } else {
                             staged_sub_block_chunk<Dec>(b0, b1, xc, tig, acc[0]);
                         }
-                    } else if constexpr (IntSums<Dec>::value) {  // (whole blocks, as above)
+                    } else if constexpr (IntSums<Dec>::value && !I8) {  // (whole blocks, as above; I8: the units below)
                         const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                         const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
                         staged_int_sum_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),

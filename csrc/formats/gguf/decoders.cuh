@@ -2669,14 +2669,16 @@ __device__ __forceinline__ void sign_values7p(uint32_t i, uint32_t* w) {
         w[k] ^= (i * ((1u << (15 - 2 * k)) | (1u << (30 - 2 * k))) + (k == 3 ? parity : 0u)) & 0x80008000u;
 }
 
-// E bytes (8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
+// E bytes (4, 8 or 16) by cp.async through the L1 (.ca: the source is read once per copy)
 template <int E>
 __device__ __forceinline__ void cp_async_ca(uint32_t dst, const void* src) {
-    static_assert(E == 8 || E == 16, "8 or 16 bytes");
+    static_assert(E == 4 || E == 8 || E == 16, "4, 8 or 16 bytes");
     if constexpr (E == 16)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-    else
+    else if constexpr (E == 8)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 
 // R copies of a table of rows of type W (N / R rows) from the generated global one, interleaved
@@ -2764,6 +2766,119 @@ struct IqCopies<IQ3_S> {
     template <bool>
     __device__ static void fill() { copy_table_copies<8>(s_iq3s_bf16_x8, tb::iq3s_grid_bf16); }
 };
+
+// ---- IQ2 grids as int8 units (the staged kernel's kOptInt8 at T = 1) --------------------------
+//
+// An IQ2_XXS sub-block is one of kOptInt8's units: 32 values, one scale db = d (0.5 + n) / 4, and
+// values that are small integers (one of the grid's 3 levels, 8, 25 or 43, with a sign each). So a
+// lane of the int8 body (experts_decode_staged's I8: lane tig decodes units tig + 4 j of rows g and
+// g + 8 whole) makes each 8 values of a unit by one prmt per 4: the grid row as 8 level codes, a
+// nibble each (*_grid_codes), or'd with the sign index's 8 signs at bit 2 of each nibble
+// (ksigns_nibbles, the parity included), is the selector of 4 values' bytes from the 8 bytes
+// +levels, -levels (generated: *_grid_u8_word*, 128 + value; *_s8_word*). Both tables are 32-bit
+// rows read from shared memory, in 16 copies interleaved row by row (row e of copy c at (16 e + c)
+// x 4 bytes, lane l reading copy l % 16: lanes l and l + 16 collide unless their rows' parities
+// differ or the rows agree). x in its natural order (a[2 s] values 4 s .. 4 s + 3,
+// a[2 s + 1] 16 + 4 s ..), so grid row r's two words go to a[4 r], a[4 r + 2] (r < 2) and a[4 r - 7],
+// a[4 r - 5]. Per 8 values: two shared loads, an or, two prmt and a shift (the bf16 sums: a 16-byte
+// load, the signs by four imad and lop3, a popc; the same integers, the same scales).
+// IqInt8<T> per type (kHas), seen by the kernel through IntSumRows (with copies):
+//   float decode_int8(b, k, a[8])   sub-block k of the block at b as u8 128 + value; returns db
+//   (kHalves: a scale per 16 values) float decode_int8_halves(b, k, a[8], f[2]): s8 values,
+//                                   returns d / 8 and in f the halves' factors 2 n + 1
+//   fill<Async>()                   the copies into shared memory (the block's setup)
+//   kDefault                        int8 units by default at T = 1 (int8_for's rule)
+// (16 copies each, filled 16 bytes (4 copies) per cp.async from the tables' rows written four times:
+// 4-byte copies, 80 per thread of a 4-warp block, cost more than the units gained, H200)
+__shared__ __align__(16) uint4 s_ksigns_nibbles_x16[128 * 4];
+__shared__ __align__(16) uint4 s_iq2xxs_codes_x16[256 * 4];
+__shared__ __align__(16) uint4 s_iq2xs_codes_x16[512 * 4];
+
+// a 32-bit word of shared memory at a 32-bit shared address (not volatile: the addresses come from
+// loads of the ring, which are ordered after the setup's wait; the compiler may schedule the loads)
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+// the lane's copy of a table of 16 copies of 32-bit rows interleaved row by row (a 16-byte word
+// holds 4 copies of a row): its row e at base + e * 64
+template <int N>
+__device__ __forceinline__ uint32_t lane_copy(const uint4 (&t)[N]) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(t)) + (threadIdx.x & 15) * 4;
+}
+
+// 8 values of a grid row (codes c, a nibble each) with the signs sn (bit 2 of each nibble) from the
+// 8 bytes {W0, W1}: values 0..3 into lo, 4..7 into hi
+template <uint32_t W0, uint32_t W1>
+__device__ __forceinline__ void grid_bytes8(uint32_t c, uint32_t sn, uint32_t& lo, uint32_t& hi) {
+    const uint32_t sel = c | sn;
+    lo = prmt(W0, W1, sel);
+    hi = prmt(W0, W1, sel >> 16);
+}
+
+template <class T>
+struct IqInt8 {
+    static constexpr bool kHas = false, kDefault = false;
+};
+// IqInt8<T>::kManyItems: by default only in a phase of many items (staged_for_items, as I8's types)
+
+// H200, T = 1, x the ceiling, against the bf16 sums with copies in the same run (docs/BENCHMARKS.md
+// "IQ2"): deepseek-v3 0.24 -> 0.29 (98.1 -> 80.0 us), qwen3-30b-a3b 0.19 -> 0.21 (26.1 -> 23.8 us,
+// gate_up only: down's rows of 3 chunks keep one grid and the bf16 sums)
+template <>
+struct IqInt8<IQ2_XXS> {
+    static constexpr bool kHas = true, kDefault = true;
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        const uint8_t* q = b + 2 + 8 * k;
+        const uint32_t idx = ld_u32_a2(q), sg = ld_u32_a2(q + 4);
+        const uint32_t codes = lane_copy(s_iq2xxs_codes_x16), signs = lane_copy(s_ksigns_nibbles_x16);
+#pragma unroll
+        for (int r = 0; r < 4; ++r)  // (byte r of idx by one prmt: its row's address by one lea)
+            grid_bytes8<tb::iq2xxs_grid_u8_word0, tb::iq2xxs_grid_u8_word1>(
+                lds_u32(codes + (prmt(idx, 0u, 0x4440u | r) << 6)), lds_u32(signs + (((sg >> (7 * r)) & 127) << 6)),
+                a[r < 2 ? 4 * r : 4 * r - 7], a[r < 2 ? 4 * r + 2 : 4 * r - 5]);
+        return half_bits(ld_u16(b)) * half_step(sg >> 28) * 0.25f;  // ggml's db, rounded as ggml's
+    }
+    template <bool>
+    __device__ static void fill() {
+        copy_table_copies<4>(s_iq2xxs_codes_x16, tb::iq2xxs_grid_codes_x4);
+        copy_table_copies<4>(s_ksigns_nibbles_x16, tb::ksigns_nibbles_x4);
+    }
+};
+
+// IQ2_XS: per 8 values a 16-bit word, the 9-bit row of a 512-row grid and a 7-bit ksigns index; a
+// scale per 16 values, db = d (0.5 + n) / 4 = (d / 8) (2 n + 1): the values as s8 (kHalves: the
+// kernel sums each half apart and combines them by the integer factors 2 n + 1 in int32:
+// |f0 I0 + f1 I1| <= 2 x 31 x 16 x 43 x 255 x 127 < 2^31)
+// H200, T = 1: deepseek-v3 0.22 -> 0.26 (116.3 -> 100.4 us); qwen3-30b-a3b slower, 0.20 -> 0.18 (26.3 ->
+// 28.6 us, gate_up only), so by default in phases of many items only (kManyItems: deepseek-v3's)
+template <>
+struct IqInt8<IQ2_XS> {
+    static constexpr bool kHas = true, kDefault = true, kHalves = true, kManyItems = true;
+    __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
+        const uint8_t* q = b + 2 + 8 * k;
+        const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)};
+        const uint32_t codes = lane_copy(s_iq2xs_codes_x16), signs = lane_copy(s_ksigns_nibbles_x16);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const uint32_t v = (w[r >> 1] >> (16 * (r & 1))) & 0xFFFFu;
+            grid_bytes8<tb::iq2xs_grid_s8_word0, tb::iq2xs_grid_s8_word1>(
+                lds_u32(codes + ((v & 511) << 6)), lds_u32(signs + ((v >> 9) << 6)), a[r < 2 ? 4 * r : 4 * r - 7],
+                a[r < 2 ? 4 * r + 2 : 4 * r - 5]);
+        }
+        const uint32_t sc = b[66 + k];
+        f[0] = int(2 * (sc & 15) + 1), f[1] = int(2 * (sc >> 4) + 1);
+        return half_bits(ld_u16(b)) * 0.125f;
+    }
+    template <bool>
+    __device__ static void fill() {
+        copy_table_copies<4>(s_iq2xs_codes_x16, tb::iq2xs_grid_codes_x4);
+        copy_table_copies<4>(s_ksigns_nibbles_x16, tb::ksigns_nibbles_x4);
+    }
+};
+FTW_OPTIONAL_MEMBER(IqInt8Halves, kHalves, bool, false);
+FTW_OPTIONAL_MEMBER(IqInt8ManyItems, kManyItems, bool, false);
 
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
@@ -2858,13 +2973,15 @@ inline bool int8_asked(int phase) {
 }
 template <class T>
 bool int8_for(const KernelParams& p, int phase) {
-    if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value) {
+    constexpr bool iq = IqInt8<T>::kHas;  // (the IQ2 grids' units: IntSumRows with copies)
+    if constexpr (!Int8Cols<Fast<T>>::value && !Int8Sums<Fast<T>>::value && !iq) {
         return false;
     } else {
         if (p.T != 1 || (phase == 0 ? p.xq : p.actq) == nullptr || env_is("FTW_GGUF_CUDA_INT8", "0")) return false;
-        // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K)
-        if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && phase != 0) return false;
+        // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K; the IQ2 grids' units)
+        if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && !iq && phase != 0) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
+        if constexpr (iq) return IqInt8<T>::kDefault && (!IqInt8ManyItems<IqInt8<T>>::value || staged_for_items(p, phase));
         if (Int8DefaultDown<Fast<T>>::value && phase == 1) return true;
         constexpr bool many = Int8Cols<Fast<T>>::value || Int8DefaultManyItems<Fast<T>>::value;
         return Int8Default<Fast<T>>::value && (!many || staged_for_items(p, phase));
@@ -3174,6 +3291,19 @@ struct IntSumRows : Dec {
         else
             I::int_values(b, j, tig, w, s);
     }
+    // int8 units where T has them (IqInt8<T>: IQ2_XXS, IQ2_XS), with copies (phases of 8 chunks or more),
+    // at T = 1 where int8_for<T> says for the phase; their own tables in the block's setup
+    static constexpr bool kInt8 = Copies && IqInt8<T>::kHas, kInt8Interleaved = false;
+    static constexpr bool kInt8Halves = IqInt8Halves<IqInt8<T>>::value;  // (IQ2_XS: s8, no offset)
+    static constexpr int kInt8Offset = kInt8Halves ? 0 : 128;
+    __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
+        return IqInt8<T>::decode_int8(b, k, a);
+    }
+    __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
+        return IqInt8<T>::decode_int8_halves(b, k, a, f);
+    }
+    __device__ static void block_setup_int8() { IqInt8<T>::template fill<true>(); }
+    static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
 };
 // whether phase `phase` of rows of IQ type T on sums reads its grid in copies (IqCopies<T>): where
 // its rows have at least 8 chunks (so its blocks of 4 warps get 2 chunks each: at the qwen3-30b-a3b

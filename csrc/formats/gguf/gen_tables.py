@@ -128,6 +128,35 @@ def header() -> str:
             out.append(f"// {cls.__name__} grid plus {bias}: index -> 4 bytes {bias} + magnitude (kOptInt8)")
             out.append(f"inline constexpr int {cname}_i8_bias = {bias};")
             out.append(c_array("uint8_t", cname + "_i8", g + bias, per_line=g.shape[1] * 2))
+    # the IQ2 grids as int8 units (decoders.cuh, IqInt8): a row's 8 values as codes, a nibble each
+    # (bits 0..1: which of the grid's 3 levels), so that the code with the value's sign at bit 2
+    # (ksigns_nibbles) selects by prmt from 8 bytes (+levels, then -levels; u8 with a bias of 128, s8)
+    out.append("// ksigns[i] with bit k at bit 4 k + 2 (a prmt selector's sign half, value k's nibble)")
+    nib = np.zeros(128, dtype=np.uint32)
+    for k in range(8):
+        nib |= ((ksigns.astype(np.uint32) >> k) & 1) << (4 * k + 2)
+    out.append(c_array("uint32_t", "ksigns_nibbles", nib, per_line=8))
+    # each row four times (16 bytes), the source of 16-byte copies into shared memory (the kernel
+    # keeps the tables in copies interleaved row by row, IqInt8)
+    out.append(c_array("uint32_t", "ksigns_nibbles_x4", np.repeat(nib[:, None], 4, axis=1), per_line=8))
+    for cname in ("iq2xxs_grid", "iq2xs_grid"):
+        g = grid_values(GRIDS[cname])
+        levels = np.unique(g)
+        assert levels.size == 3 and g.shape[1] == 8 and levels.max() <= 127, f"{cname}: 3 levels"
+        codes = np.searchsorted(levels, g).astype(np.uint32)  # [rows, 8]
+        words = np.zeros(g.shape[0], dtype=np.uint32)
+        for k in range(8):
+            words |= codes[:, k] << (4 * k)
+        out.append(f"// {cname}: index -> value k's level code (0..2) at nibble k")
+        out.append(c_array("uint32_t", cname + "_codes", words, per_line=8))
+        out.append(c_array("uint32_t", cname + "_codes_x4", np.repeat(words[:, None], 4, axis=1), per_line=8))
+        signed = np.zeros(8, dtype=np.int16)
+        signed[:3], signed[4:7] = levels, -levels.astype(np.int16)
+        for form, v in (("u8", signed + 128), ("s8", signed & 0xFF)):
+            for i, w in enumerate(v.astype(np.uint8).view("<u4")):
+                if i == 0:
+                    out.append(f"// {cname}'s levels, then their negatives ({form}): byte code + 4 sign of words 0, 1")
+                out.append(f"inline constexpr uint32_t {cname}_{form}_word{i} = 0x{int(w):08X}u;")
     out += ["}  // namespace ftw::ggml::tables", ""]
     return "\n".join(out)
 
