@@ -574,6 +574,19 @@ FAR_SCALES = {"small-large": (lambda i: True, lambda i: False), "large-small": (
               "alternating": (lambda i: i % 2 == 0, lambda i: i % 2 == 1)}
 
 
+def far_layer(name, scales):
+    """A layer builder (H, I, E, rng) -> (opts, banks) of type name, its block scales FAR_SCALES[scales]."""
+    gu_small, down_small = FAR_SCALES[scales]
+
+    def rows(H, I, E, rng):  # noqa: E741
+        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
+        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
+        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+
+    return rows
+
+
 @pytest.mark.parametrize("cols", ["1", "0"])
 @pytest.mark.parametrize("scales", list(FAR_SCALES))
 @pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
@@ -584,11 +597,7 @@ def test_gguf_unit_columns_scales_far_apart(name, scales, cols, monkeypatch):
     monkeypatch.setenv("FTW_GGUF_CUDA_UNITCOLS", cols)
     H, I, E, K, T = 512, 256, 8, 4, 1  # noqa: E741
     rng = np.random.default_rng([23, TYPES.index(name), list(FAR_SCALES).index(scales), int(cols)])
-    gu_small, down_small = FAR_SCALES[scales]
-    g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-    u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-    d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
-    opts, banks = {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
+    opts, banks = far_layer(name, scales)(H, I, E, rng)
     x, x64 = bf16_x(T, H, rng)
     ids, wts = routing(T, K, E, rng)
     err = rel_err(run(opts, banks, x, ids, wts), reference(opts, banks, H, I, x64, ids, wts))
@@ -713,15 +722,8 @@ def test_gguf_int8_grid_units_down_other_type(name, down, monkeypatch):
 @pytest.mark.parametrize("name", INT8_GRIDS)
 def test_gguf_int8_grid_units_scales_far_apart(name, scales, monkeypatch):
     """Block scales of 2^-20 and 2^+20 with the IQ3 int8 units."""
-    gu_small, down_small = FAR_SCALES[scales]
-
-    def rows(H, I, E, rng):  # noqa: E741
-        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
-        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
-
-    int8_pair((name, name, name), "xs", [59, INT8_GRIDS.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
+    int8_pair((name, name, name), "xs", [59, INT8_GRIDS.index(name), list(FAR_SCALES).index(scales)], monkeypatch,
+              far_layer(name, scales))
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -755,15 +757,8 @@ def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
 @pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
 def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
     """Block scales of 2^-20 and 2^+20 (as test_gguf_unit_columns_scales_far_apart) with int8 units."""
-    gu_small, down_small = FAR_SCALES[scales]
-
-    def rows(H, I, E, rng):  # noqa: E741
-        g = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-        u = np.stack([far_rows(name, I, H, rng, gu_small) for _ in range(E)])
-        d = np.stack([far_rows(name, H, I, rng, down_small) for _ in range(E)])
-        return {"gate_up_type": name, "down_type": name}, {"gate_up": np.concatenate([g, u], axis=1), "down": d}
-
-    int8_pair((name, name, name), "small", [37, INT8.index(name), list(FAR_SCALES).index(scales)], monkeypatch, rows)
+    int8_pair((name, name, name), "small", [37, INT8.index(name), list(FAR_SCALES).index(scales)], monkeypatch,
+              far_layer(name, scales))
 
 
 # Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
