@@ -2577,9 +2577,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             // the chunk's 8 units, each one IMMA k32 for the hi plane and one for
                             // the lo plane of the item's pairs (column n: pair n); x first, so its
                             // loads are in flight over the rows' decode
-                            uint4 xb[8];
+                            // (x in two halves of 4 units: 16 registers in flight, not 32, so the
+                            // kernel's bf16 body beside this one keeps its registers)
+                            uint4 xb[4];
 #pragma unroll
-                            for (int u = 0; u < 8; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
+                            for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
                             const float s0 = __ldg(xs0 + c), s1 = __ldg(xs1 + c);
                             const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                             uint32_t aw[2][8];
@@ -2589,12 +2591,15 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             float cs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                             for (int u = 0; u < 8; ++u) {
+                                if (u == 4)
+#pragma unroll
+                                    for (int v = 0; v < 4; ++v) xb[v] = __ldg(xt + 4 * (c * 8 + 4 + v));
                                 uint32_t lo0, hi0, lo1, hi1;
                                 Dec::int8_tokens_split(aw[0][u], lo0, hi0);
                                 Dec::int8_tokens_split(aw[1][u], lo1, hi1);
                                 int sh[4] = {0, 0, 0, 0}, sl[4] = {0, 0, 0, 0};
-                                imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u].x, xb[u].y);
-                                imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u].z, xb[u].w);
+                                imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
+                                imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
 #pragma unroll
                                 for (int i = 0; i < 4; ++i) cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
                             }
