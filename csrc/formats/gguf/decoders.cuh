@@ -1033,6 +1033,46 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
 
 // the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
 struct Block18 : WholeBlock<18, 2> {
+    // kOptInt8Tokens (T = 2..8): a row's chunk of 8 blocks (144 bytes from a 16-byte boundary of the
+    // ring) read as 9 16-byte LDS; block u's d at byte 18 u, its qs from 18 u + 2. An odd block's qs
+    // are 4 aligned words: lane tig takes word tig (qs bytes 4 tig ..). An even block's start 2 bytes
+    // into a word: lane tig > 0 takes the aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1
+    // (the word of d) and 14, 15 (the word of the next block's d). int8_tokens_lane_byte(u, b): where
+    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read.
+    __host__ __device__ static constexpr int int8_tokens_lane_byte(int u, int b) {
+        const int t = (u & 1) ? b >> 2 : (b < 2 || b >= 14) ? 0 : (b + 2) >> 2;
+        const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
+        return 4 * t + j;
+    }
+    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+        const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+        uint32_t w[36];
+#pragma unroll
+        for (int i = 0; i < 9; ++i) {
+            const uint4 v = ld_shared_v4(s + 16 * i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+        // the lane's selectors: odd blocks word tig of the 4 (two PRMT and a select); even blocks
+        // word tig of the 3 past the first, lane 0 the first's high half and the fifth's low half
+        const uint32_t odd = (tig & 1) ? 0x7654u : 0x3210u;
+        const uint32_t ex = tig == 0 ? 0x0032u : 0x7654u, ey = tig == 2 ? 0x3210u : 0x7654u;
+        const uint32_t et = tig == 0 ? 0x5410u : 0x3210u;
+        const bool upper = tig >= 2;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (u & 1) {
+                const int k = (9 * u + 1) / 2;  // the word of qs byte 0
+                const uint32_t x = prmt(w[k], w[k + 1], odd), y = prmt(w[k + 2], w[k + 3], odd);
+                a[u] = upper ? y : x;
+                d[u] = half_bits(w[k - 1] >> 16);
+            } else {
+                const int k = 9 * u / 2;  // the word of d
+                const uint32_t x = prmt(w[k], w[k + 1], ex), y = prmt(w[k + 2], w[k + 3], ey);
+                a[u] = prmt(upper ? y : x, w[k + 4], et);
+                d[u] = half_bits(w[k]);
+            }
+        }
+    }
     __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
         uint32_t v[6], dq[1];
         span_words(raw.s, v);
@@ -1093,50 +1133,15 @@ struct Fast<Q4_0> : Block18 {
         for (int s = 0; s < 4; ++s) a[2 * s] = q[s] & 0x0F0F0F0Fu, a[2 * s + 1] = (q[s] >> 4) & 0x0F0F0F0Fu;
         return d;
     }
-    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): a row's
-    // chunk of 8 blocks (144 bytes from a 16-byte boundary of the ring) read as 9 16-byte LDS; block
-    // u's d at byte 18 u, its qs from 18 u + 2. An odd block's qs are 4 aligned words: lane tig takes
-    // word tig (qs bytes 4 tig ..). An even block's start 2 bytes into a word: lane tig > 0 takes the
-    // aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1 (the word of d) and 14, 15 (the
-    // word of the next block's d). The values as s8 16 (q - 8): (q << 4) ^ 0x80 per byte, no offset
-    // (so no x group sums), the 16 on the chunk's x scale (kInt8TokensPost). Per unit and row 3 PRMT
-    // (odd) or 4 (even) and 3 LOP3 / SHF, where the bf16 body took 8 PRMT, 8 HADD2, 8 HMUL2 and 6 LDS.
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
+    // words as Block18::int8_tokens_row picks them, the values as s8 16 (q - 8): (q << 4) ^ 0x80 per
+    // byte, no offset (so no x group sums), the 16 on the chunk's x scale (kInt8TokensPost). Per unit
+    // and row 3 PRMT (odd) or 4 (even) and 3 LOP3 / SHF, where the bf16 body took 8 PRMT, 8 HADD2,
+    // 8 HMUL2 and 6 LDS.
     static constexpr bool kInt8Tokens = true;
     static constexpr float kInt8TokensPost = 1.f / 16;
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
-        const int b = v & 15;  // the qs byte (low nibble: value b, high: 16 + b)
-        const int t = (u & 1) ? b >> 2 : (b < 2 || b >= 14) ? 0 : (b + 2) >> 2;
-        const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
-        return (v >> 4) * 16 + 4 * t + j;
-    }
-    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
-        const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-        uint32_t w[36];
-#pragma unroll
-        for (int i = 0; i < 9; ++i) {
-            const uint4 v = ld_shared_v4(s + 16 * i);
-            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-        }
-        // the lane's selectors: odd blocks word tig of the 4 (two PRMT and a select); even blocks
-        // word tig of the 3 past the first, lane 0 the first's high half and the fifth's low half
-        const uint32_t odd = (tig & 1) ? 0x7654u : 0x3210u;
-        const uint32_t ex = tig == 0 ? 0x0032u : 0x7654u, ey = tig == 2 ? 0x3210u : 0x7654u;
-        const uint32_t et = tig == 0 ? 0x5410u : 0x3210u;
-        const bool upper = tig >= 2;
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            if (u & 1) {
-                const int k = (9 * u + 1) / 2;  // the word of qs byte 0
-                const uint32_t x = prmt(w[k], w[k + 1], odd), y = prmt(w[k + 2], w[k + 3], odd);
-                a[u] = upper ? y : x;
-                d[u] = half_bits(w[k - 1] >> 16);
-            } else {
-                const int k = 9 * u / 2;  // the word of d
-                const uint32_t x = prmt(w[k], w[k + 1], ex), y = prmt(w[k + 2], w[k + 3], ey);
-                a[u] = prmt(upper ? y : x, w[k + 4], et);
-                d[u] = half_bits(w[k]);
-            }
-        }
+        return (v >> 4) * 16 + int8_tokens_lane_byte(u, v & 15);  // low nibble: value b, high: 16 + b
     }
     // (w & 0xF0F0F0F0) ^ 0x80808080 as one LOP3: the second constant in a register (the compiler
     // otherwise takes one LOP3 per constant)
@@ -1174,6 +1179,23 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         const float d = split(raw, q);
         iq4nl_u8(q, a);
         return F == kValueV1 ? d * (1.f / kTwo62) : d;
+    }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
+    // words as Block18::int8_tokens_row picks them, the levels by nibbles_u8 (128 + level) and one
+    // LOP3 per 4 values to s8 (no offset, so no x group sums): per word 9 instructions (Q4_0: 3).
+    // Byte i of nibbles_u8's A word is nibble i of its 16 bits: lane byte j's qs byte gives k 4 tig
+    // + 2 j + n (j = 0, 1; n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3).
+    // d over the decode's post (2^62 in kValueV1) on the chunk's x scale (kInt8TokensPost)
+    static constexpr bool kInt8Tokens = true;
+    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
+        const int lb = int8_tokens_lane_byte(u, v & 15), j = lb & 3;
+        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
+        lo ^= 0x80808080u, hi ^= 0x80808080u;
     }
 };
 template <>
