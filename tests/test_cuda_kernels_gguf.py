@@ -764,8 +764,9 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
 # T = 2..8 with int8 units (kOptInt8Tokens; FTW_GGUF_CUDA_INT8_T8=1 both phases, =gate_up / =down
 # one, off by default): a unit per quad, the IMMA's column n the item's pair n, each lane's rows of the
 # chunk read as 16-byte LDS, the weights as s8 (Q4_0: 16 (q - 8), IQ4_NL: the levels); x (act) quantized per token (pair)
-# and chunk of 256 values into hi and lo planes. Chunks not whole or rows off a 16-byte boundary run
-# the bf16 body of the same kernel ("partial": every row there). Each case runs every way and
+# and chunk of 256 values into hi and lo planes. Only rows of whole 256-value chunks take it (each row
+# then on a 16-byte boundary: int8_tokens_rows); "partial" rows (352 / 160 values) keep main's kernels,
+# whatever the switch says. Each case runs every way and
 # without (=0) on the same data: within the tolerance, no less accurate than the bf16 way (1.2x + 1e-5),
 # and not identical to it where the rows are aligned (the path ran). Written without device time: not
 # yet run on a GPU.

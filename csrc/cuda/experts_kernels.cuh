@@ -1077,9 +1077,9 @@ constexpr int kOptInt8Sums = 524288;
 //                  kOptInt8's), stored so that lane (g, tig)'s B words of a unit (hi and lo planes
 //                  of pair g) are one 16-byte load; per unit two IMMA (hi, lo) and per C value one
 //                  IMAD, one I2F and one FFMA by the row's unit scale; the pair's chunk scale once
-//                  per chunk. Chunks not whole, or rows off a 16-byte ring boundary, run the bf16
-//                  body in the same kernel. Where int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8, off
-//                  by default: not yet run on a GPU)
+//                  per chunk. Only where every chunk is whole and every row starts on a 16-byte
+//                  boundary (the decoder's int8_tokens_rows: the kernel has no other body). Where
+//                  int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8, off by default: not yet run on a GPU)
 constexpr int kOptInt8Tokens = 1048576;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
@@ -1143,8 +1143,9 @@ FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
 //                                       0..15, 16..31: a unit's share is scale * (f0 a0 . x0 + f1 a1 . x1));
 //                                       two IMMA chains per unit, one per half
 FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
-// kOptInt8Tokens' interface (optional, on top of the byte-stream one; kInt8Tokens true), for a chunk
-// whose row starts on a 16-byte boundary of the ring:
+// kOptInt8Tokens' interface (optional, on top of the byte-stream one; kInt8Tokens true), for rows
+// whose chunks are all whole and start on 16-byte boundaries (static bool int8_tokens_rows(in), host:
+// rows of `in` values are so on a 16-byte-aligned bank, the only banks the typed decoders run on):
 //   int8_tokens_row(row, tig, a[8], d[8])  row: the shared address of the row's chunk; lane tig's
 //                                       word of each of the chunk's 8 units (the unit's values at k
 //                                       4 tig .. 4 tig + 3 and 16 + 4 tig .. of its IMMA, still packed)
@@ -2281,12 +2282,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
         }
         // I8T: lane (g, tig) reads its B words of pair g's units at xt + 4 u (pair 0's past the
         // item's pairs: their columns are dropped), and the chunk scales of its columns' pairs 2 tig,
-        // 2 tig + 1 at xs0, xs1 + c; rows16: both of every lane's rows start the chunk on a 16-byte
-        // boundary of the ring (the body reads them so; otherwise the bf16 body runs)
+        // 2 tig + 1 at xs0, xs1 + c
         const uint4* xt = nullptr;
         const float* xs0 = nullptr;
         const float* xs1 = nullptr;
-        bool rows16 = false;
         if constexpr (I8T) {
             if (count > 0) {
                 const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
@@ -2299,7 +2298,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                 xs0 = sc + int64_t(qrow(2 * tig)) * nchunks;
                 xs1 = sc + int64_t(qrow(2 * tig + 1)) * nchunks;
             }
-            rows16 = __all_sync(0xffffffffu, (rlow[0] | rlow[1]) == 0u);
         }
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
@@ -2573,12 +2571,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                                   sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
                                                   xsub + int64_t(c) * 256, tig, acc[0]);
                     } else if constexpr (I8T) {
-                        if (rows16 && (c + 1) * 8 <= nunits) {  // (warp-uniform)
+                        {  // (every chunk whole, every row on a 16-byte boundary: int8_tokens_rows)
                             // the chunk's 8 units, each one IMMA k32 for the hi plane and one for
-                            // the lo plane of the item's pairs (column n: pair n); x first, so its
-                            // loads are in flight over the rows' decode
-                            // (x in two halves of 4 units: 16 registers in flight, not 32, so the
-                            // kernel's bf16 body beside this one keeps its registers)
+                            // the lo plane of the item's pairs (column n: pair n); x in two halves of
+                            // 4 units, the first in flight over the rows' decode
                             uint4 xb[4];
 #pragma unroll
                             for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
@@ -2607,10 +2603,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             acc[0][1] = fmaf(cs[1], s1, acc[0][1]);
                             acc[0][2] = fmaf(cs[2], s0, acc[0][2]);
                             acc[0][3] = fmaf(cs[3], s1, acc[0][3]);
-                        } else if ((c + 1) * 8 <= nunits) {
-                            chunk(std::true_type{});
-                        } else {
-                            chunk(std::false_type{});
                         }
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)

@@ -1039,6 +1039,8 @@ struct Block18 : WholeBlock<18, 2> {
     // into a word: lane tig > 0 takes the aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1
     // (the word of d) and 14, 15 (the word of the next block's d). int8_tokens_lane_byte(u, b): where
     // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read.
+    // rows of `in` values whose chunks all lie whole on 16-byte boundaries (a 16-byte-aligned bank)
+    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
     __host__ __device__ static constexpr int int8_tokens_lane_byte(int u, int b) {
         const int t = (u & 1) ? b >> 2 : (b < 2 || b >= 14) ? 0 : (b + 2) >> 2;
         const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
@@ -3078,6 +3080,7 @@ bool int8_tokens_for(const KernelParams& p, int phase) {
         return false;
     } else {
         if (p.T < 2 || p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr) return false;
+        if (!Fast<T>::int8_tokens_rows(phase == 0 ? p.H : p.I)) return false;  // (the kernel's one body)
         return env_is("FTW_GGUF_CUDA_INT8_T8", "1") || env_is("FTW_GGUF_CUDA_INT8_T8", phase == 0 ? "gate_up" : "down");
     }
 }
