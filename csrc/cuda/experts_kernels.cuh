@@ -59,10 +59,13 @@ struct KernelParams {
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
     // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_int8 writes it
     // before phase 0): [H / 32] groups of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order),
-    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}; null where T > 1
+    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}. T = 2..8: the tokens' x for
+    // kOptInt8Tokens (quantize_int8_tokens): [T][H / 32] units of 64 bytes, then [T][H / 256] floats
+    // (a scale per token and chunk). Null where T > 8
     uint8_t* xq;
     // T = 1: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [K * I / 32]
-    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2; null where T > 1
+    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2. T = 2..8: the T K
+    // pairs' act for kOptInt8Tokens as xq's. Null where T > 8
     uint8_t* actq;
 };
 
@@ -1065,14 +1068,14 @@ constexpr int kOptInt8 = 65536;
 //                  SASS (phase 0 kernel) 3346 -> 3270, chunk body 248 -> ~215; H200 T = 1 ("Q2"):
 //                  deepseek-v3 71.7 -> 62.8 us (0.40 -> 0.46), qwen3-30b-a3b 17.8 -> 18.1
 constexpr int kOptInt8Sums = 524288;
-//   kOptInt8Tokens T = 2..8, byte-stream decoders with the int8-tokens interface (gguf Q4_0:
-//                  kInt8Tokens): a unit per quad, the IMMA's columns the item's pairs (I8T's layout,
+//   kOptInt8Tokens T = 2..8, byte-stream decoders with the int8-tokens interface (gguf Q4_0,
+//                  IQ4_NL: kInt8Tokens): a unit per quad, the IMMA's columns the item's pairs (I8T's layout,
 //                  docs/BENCHMARKS.md "I8T") with T = 1's economy where I8T lost it: each lane
 //                  reads its rows g and g + 8 of the chunk as 9 16-byte LDS each (rows of a chunk
 //                  on a 16-byte boundary in the ring: int8_tokens_row), and picks its quarter of
 //                  every unit (a word) and every unit's scale from them in registers (no LDS per
 //                  unit, no scale decoded from global memory); the weights as s8 (Q4_0: 16 (q - 8),
-//                  so no offset and no x group sums); x (act) quantized per token (pair) and chunk
+//                  IQ4_NL: its levels; so no offset and no x group sums); x (act) quantized per token (pair) and chunk
 //                  of 256 values (quantize_int8_tokens: one scale per chunk, hi + lo / 254 as
 //                  kOptInt8's), stored so that lane (g, tig)'s B words of a unit (hi and lo planes
 //                  of pair g) are one 16-byte load; per unit two IMMA (hi, lo) and per C value one
@@ -1945,7 +1948,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     constexpr bool I8T = (OPT & kOptInt8Tokens) != 0;  // (T = 2..8: x or act from quantize_int8_tokens)
     static_assert(!I8T || (BS && Int8Tokens<Dec>::value && V == 32 && TR == 1 && !BC && !I8 && !I8S &&
                            (OPT & kOptFull) != 0),
-                  "int8 units of several tokens: a byte-stream decoder with the interface, full chunks told apart");
+                  "int8 units of several tokens: a byte-stream decoder with the interface");
     constexpr bool XQ = I8 || I8S || I8T;  // (x or act from quantize_int8, quantize_int8_tokens)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
@@ -2574,7 +2577,8 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         {  // (every chunk whole, every row on a 16-byte boundary: int8_tokens_rows)
                             // the chunk's 8 units, each one IMMA k32 for the hi plane and one for
                             // the lo plane of the item's pairs (column n: pair n); x in two halves of
-                            // 4 units, the first in flight over the rows' decode
+                            // 4 units, the first in flight over the rows' reads (all 8 at once: the
+                            // kernel with a bf16 body beside this one spilled around it)
                             uint4 xb[4];
 #pragma unroll
                             for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));

@@ -3069,7 +3069,8 @@ bool int8_for(const KernelParams& p, int phase) {
 }
 
 // Whether a phase at T = 2..8 takes T's int8 units of several tokens (kOptInt8Tokens: Fast<T>::kInt8Tokens,
-// Q4_0), with x (act) quantized per token (pair) and chunk into the workspace first
+// Q4_0, IQ4_NL), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole chunks on
+// 16-byte boundaries), with x (act) quantized per token (pair) and chunk into the workspace first
 // (quantize_int8_tokens); the phase then decodes staged also where it would not (launch_typed).
 // FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only; unset or =0 never
 // (written without device time: not yet run on a GPU, so not a default anywhere; read at every launch)
@@ -3130,7 +3131,7 @@ struct StagedRows {
         return F::decode_int8(F::template load<M>(b, k), a);
     }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
-    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0), at T = 2..8 where
+    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL), at T = 2..8 where
     // int8_tokens_for<T> says for the phase (the ring read by 16-byte LDS whatever M says)
     static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
     static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
