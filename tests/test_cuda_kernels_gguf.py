@@ -761,6 +761,94 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
               far_layer(name, scales))
 
 
+# T = 2..8 with int8 units (kOptInt8Tokens; FTW_GGUF_CUDA_INT8_T8=1 both phases, =gate_up / =down
+# one, off by default): a unit per quad, the IMMA's column n the item's pair n, each lane's rows of the
+# chunk read as 16-byte LDS, the weights as s8 (Q4_0: 16 (q - 8), IQ4_NL: the levels); x (act) quantized per token (pair)
+# and chunk of 256 values into hi and lo planes. Only rows of whole 256-value chunks take it (each row
+# then on a 16-byte boundary: int8_tokens_rows); "partial" rows (352 / 160 values) keep main's kernels,
+# whatever the switch says. Each case runs every way and
+# without (=0) on the same data: within the tolerance, no less accurate than the bf16 way (1.2x + 1e-5),
+# and not identical to it where the rows are aligned (the path ran). Written without device time: not
+# yet run on a GPU.
+INT8_T8 = ["Q4_0", "IQ4_NL"]
+
+
+def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None):
+    H, I, E, K = INT8_SIZES[size]  # noqa: E741
+    rng = np.random.default_rng(seed)
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    if token_scales is None:
+        x, x64 = bf16_x(T, H, rng)
+    else:  # token t's x times token_scales[t] (the bf16 of the product; the reference takes the bf16 values)
+        xs = rng.standard_normal((T, H)) * np.asarray(token_scales, dtype=np.float64)[:, None]
+        xb = torch.from_numpy(xs.astype(np.float32)).to(torch.bfloat16)
+        x, x64 = xb.cuda(), xb.float().double().numpy()
+    ids, wts = routing(T, K, E, rng)
+    if route == "same":  # items of T pairs
+        ids[:] = ids[0]
+    elif route == "mixed":  # the first half of the tokens the same K experts, the others their own
+        ids[: (T + 1) // 2] = ids[0]
+    ref = reference(opts, banks, H, I, x64, ids, wts)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (T > 1: no effect; pinned so only the switch below varies)
+    outs, errs = {}, {}
+    for v in ("0", "1", "gate_up", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8_T8", v)
+        outs[v] = run(opts, banks, x, ids, wts)
+        # each token's error against its own norm (a token far smaller than another keeps its precision)
+        errs[v] = max(rel_err(outs[v][t], ref[t]) for t in range(T)) if token_scales is not None else rel_err(outs[v], ref)
+    print(f"gguf cuda accuracy {name} {size} T={T} {route} int8 tokens: both {errs['1']:.2e}, gate_up only "
+          f"{errs['gate_up']:.2e}, down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
+    for v in ("1", "gate_up", "down"):
+        assert errs[v] < REL_TOL, f"{name} {size} T={T} {route} int8 tokens {v}: {errs[v]:.3g}"
+        assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{name} {size} T={T} {route}: {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
+        if size != "partial":
+            assert not torch.equal(outs["0"], outs[v]), f"{name} {size} T={T} {route}: the int8 tokens path ({v}) did not run"
+
+
+@pytest.mark.parametrize("route", ["same", "random", "mixed"])
+@pytest.mark.parametrize("T", [2, 3, 8])
+@pytest.mark.parametrize("size", ["small", "chunks", "partial"])
+@pytest.mark.parametrize("name", INT8_T8)
+def test_gguf_int8_tokens(name, size, T, route, monkeypatch):
+    seed = [61, INT8_T8.index(name), ["small", "chunks", "partial"].index(size), T, ["same", "random", "mixed"].index(route)]
+    int8_tokens_case(name, size, T, route, seed, monkeypatch)
+
+
+@pytest.mark.parametrize("route", ["same", "random"])
+@pytest.mark.parametrize("name", INT8_T8)
+def test_gguf_int8_tokens_far_apart(name, route, monkeypatch):
+    """T = 8, tokens of magnitudes 1e-3 .. 1e3 of each other (x and act quantized per token or pair and
+    chunk: each token's own error within the tolerance and no worse than the bf16 way's); several
+    chunks per row"""
+    scales = [1e-3, 1.0, 1e3, 1.0, 1e-3, 1e3, 1.0, 1e-3]
+    int8_tokens_case(name, "chunks", 8, route, [67, INT8_T8.index(name), route == "same"], monkeypatch, token_scales=scales)
+
+
+@pytest.mark.parametrize("name", INT8_T8)
+def test_gguf_int8_tokens_back_to_back(name, monkeypatch):
+    """T = 8 steps launched back to back on one stream sharing one workspace (its int8 x and act
+    rewritten by every step's quantize_int8_tokens launches), eagerly and in a CUDA graph, FTW_CUDA_PDL0=1"""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8_T8", "1")
+    monkeypatch.setenv("FTW_CUDA_PDL0", "1")
+    H, I, E, K = INT8_SIZES["small"]  # noqa: E741
+    T = 8
+    rng = np.random.default_rng([71, INT8_T8.index(name)])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    for graph in (False, True):
+        steps = []
+        for _ in range(6):
+            x, x64 = bf16_x(T, H, rng)
+            ids, wts = routing(T, K, E, rng)
+            steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
+                          torch.full((T, H), float("nan"), dtype=torch.float32, device="cuda")))
+        ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
+        run_back_to_back(view, steps, SILU, ws, graph)
+        errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
+        print(f"gguf cuda accuracy {name} int8 tokens back to back graph={graph}: {max(errs):.2e}")
+        assert max(errs) < REL_TOL, errs
+
+
 # Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
 # =gate_up, Q5_K's default; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma
 # m16n8k32 u8 x s8 against x quantized as for the int8 units, d sc and dmin m on the int32 sums. As

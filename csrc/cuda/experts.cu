@@ -25,9 +25,11 @@ std::map<std::string, const CudaFormat*>& table() {
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
 // Workspace layout: [error, num_tiles] | sorted_pairs [P] | tiles [max_tiles] int4 | act [P, I] bf16
-// | at T = 1: xq, token 0's x in integers for phase 0's int8 units (KernelParams::xq: H / 32 groups
-// of 64 bytes and a float2 each) | actq, act so for phase 1's (K * I / 32 groups). Every layer at
-// T = 1 has the room (a few KB), so that no workspace silently runs without the int8 units.
+// | at T <= 8 (decode): xq, the tokens' x in integers for phase 0's int8 units (KernelParams::xq: at
+// T = 1 H / 32 groups of 64 bytes and a float2 each; at T = 2..8 T H / 32 groups of 64 bytes and a
+// float per token and chunk of 256 values, kOptInt8Tokens) | actq, act so for phase 1's (T K I / 32
+// groups). Every decode layer has the room (a few KB per token), so that no workspace silently runs
+// without the int8 units.
 struct Layout {
     int64_t pairs_off, tiles_off, act_off, xq_off, actq_off, total;
 };
@@ -39,8 +41,8 @@ Layout layout(int T, int K, int I, int E, int H) {
     l.tiles_off = l.pairs_off + align256(P * 4);
     l.act_off = l.tiles_off + align256(int64_t(max_tiles(int(P), 16, E)) * 16);
     l.xq_off = l.act_off + align256(P * I * 2);
-    const bool q = T == 1;
-    l.actq_off = l.xq_off + (q ? align256(int64_t(H) / 32 * 72) : 0);
+    const bool q = T <= 8;
+    l.actq_off = l.xq_off + (q ? align256(int64_t(T) * H / 32 * 72) : 0);
     l.total = l.actq_off + (q ? align256(P * I / 32 * 72) : 0);
     return l;
 }
@@ -264,9 +266,9 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     kp.sorted_pairs = reinterpret_cast<int32_t*>(ws + l.pairs_off);
     kp.tiles = reinterpret_cast<int4*>(ws + l.tiles_off);
     kp.act = reinterpret_cast<__nv_bfloat16*>(ws + l.act_off);
-    // the int8 x and act (T = 1; null otherwise: no kernel reads them then)
-    kp.xq = p.T == 1 ? ws + l.xq_off : nullptr;
-    kp.actq = p.T == 1 ? ws + l.actq_off : nullptr;
+    // the int8 x and act (T <= 8; null otherwise: no kernel reads them then)
+    kp.xq = p.T <= 8 ? ws + l.xq_off : nullptr;
+    kp.actq = p.T <= 8 ? ws + l.actq_off : nullptr;
 
     if (act.kind != ActKind::Silu && act.kind != ActKind::SwigluOai)
         throw UnsupportedError(where + "unknown activation kind " + std::to_string(int(act.kind)));

@@ -44,8 +44,8 @@ struct FormatOptions {
 };
 
 // Device bytes the forward needs for its routing tables and the activations between gate_up
-// and down (bf16 [T*K, I]); at T = 1 also token 0's x and the activations in integers for gguf's
-// int8 units (kOptInt8; x of width H).
+// and down (bf16 [T*K, I]); at T <= 8 also the tokens' x and the activations in integers for
+// gguf's int8 units (kOptInt8 at T = 1, kOptInt8Tokens at T = 2..8; x of width H).
 int64_t workspace_bytes(int T, int K, int I, int num_experts, int H);
 
 // Checks everything it can without reading device memory (format name, bank row sizes and

@@ -59,10 +59,13 @@ struct KernelParams {
     int ggml_type[3];  // gguf: ggml type ids of the gate, up and down rows
     // T = 1: token 0's x in integers for phase 0's int8 units (kOptInt8; quantize_int8 writes it
     // before phase 0): [H / 32] groups of 64 bytes (32 int8 hi, 32 int8 lo, in the decoder's order),
-    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}; null where T > 1
+    // then [H / 32] float2 {s / 254, int bits of 254 sum(hi) + sum(lo)}. T = 2..8: the tokens' x for
+    // kOptInt8Tokens (quantize_int8_tokens): [T][H / 32] units of 64 bytes, then [T][H / 256] floats
+    // (a scale per token and chunk). Null where T > 8
     uint8_t* xq;
     // T = 1: act in integers for phase 1's int8 units (quantize_int8 after phase 0): [K * I / 32]
-    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2; null where T > 1
+    // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2. T = 2..8: the T K
+    // pairs' act for kOptInt8Tokens as xq's. Null where T > 8
     uint8_t* actq;
 };
 
@@ -1065,12 +1068,28 @@ constexpr int kOptInt8 = 65536;
 //                  SASS (phase 0 kernel) 3346 -> 3270, chunk body 248 -> ~215; H200 T = 1 ("Q2"):
 //                  deepseek-v3 71.7 -> 62.8 us (0.40 -> 0.46), qwen3-30b-a3b 17.8 -> 18.1
 constexpr int kOptInt8Sums = 524288;
+//   kOptInt8Tokens T = 2..8, byte-stream decoders with the int8-tokens interface (gguf Q4_0,
+//                  IQ4_NL: kInt8Tokens): a unit per quad, the IMMA's columns the item's pairs (I8T's layout,
+//                  docs/BENCHMARKS.md "I8T") with T = 1's economy where I8T lost it: each lane
+//                  reads its rows g and g + 8 of the chunk as 9 16-byte LDS each (rows of a chunk
+//                  on a 16-byte boundary in the ring: int8_tokens_row), and picks its quarter of
+//                  every unit (a word) and every unit's scale from them in registers (no LDS per
+//                  unit, no scale decoded from global memory); the weights as s8 (Q4_0: 16 (q - 8),
+//                  IQ4_NL: its levels; so no offset and no x group sums); x (act) quantized per token (pair) and chunk
+//                  of 256 values (quantize_int8_tokens: one scale per chunk, hi + lo / 254 as
+//                  kOptInt8's), stored so that lane (g, tig)'s B words of a unit (hi and lo planes
+//                  of pair g) are one 16-byte load; per unit two IMMA (hi, lo) and per C value one
+//                  IMAD, one I2F and one FFMA by the row's unit scale; the pair's chunk scale once
+//                  per chunk. Only where every chunk is whole and every row starts on a 16-byte
+//                  boundary (the decoder's int8_tokens_rows: the kernel has no other body). Where
+//                  int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8, off by default: not yet run on a GPU)
+constexpr int kOptInt8Tokens = 1048576;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)
 constexpr int kOptBits[] = {kOptDecode,   kOptCopy32,    kOptFull,      kOptLean,       kOptActPerm, kOptWide,
                             kOptRows32,   kOptEarly,     kOptScale2,    kOptFine,       kOptUnitCols, kOptOneColumn,
                             kOptWholeCopy, kOptLaneBlocks, kOptLaneCols, kOptByteCols, kOptLanes16, kOptInt8,
-                            kOptInt8Sums};
+                            kOptInt8Sums, kOptInt8Tokens};
 constexpr bool opt_bits_distinct() {
     int seen = 0;
     for (int b : kOptBits) {
@@ -1127,6 +1146,19 @@ FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
 //                                       0..15, 16..31: a unit's share is scale * (f0 a0 . x0 + f1 a1 . x1));
 //                                       two IMMA chains per unit, one per half
 FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
+// kOptInt8Tokens' interface (optional, on top of the byte-stream one; kInt8Tokens true), for rows
+// whose chunks are all whole and start on 16-byte boundaries (static bool int8_tokens_rows(in), host:
+// rows of `in` values are so on a 16-byte-aligned bank, the only banks the typed decoders run on):
+//   int8_tokens_row(row, tig, a[8], d[8])  row: the shared address of the row's chunk; lane tig's
+//                                       word of each of the chunk's 8 units (the unit's values at k
+//                                       4 tig .. 4 tig + 3 and 16 + 4 tig .. of its IMMA, still packed)
+//                                       and each unit's scale (times whatever int8_tokens_split's
+//                                       integers leave out)
+//   int8_tokens_split(w, lo, hi)        the word as the two s8 A words (k 4 tig .., k 16 + 4 tig ..)
+//   int8_tokens_slot(u, v)              (host and device) where value v (0..31) of the chunk's unit
+//                                       u sits: 4 tig + j for the A word lo's byte j of lane tig, or
+//                                       16 + 4 tig + j for hi's (quantize_int8_tokens stores x so)
+FTW_OPTIONAL_MEMBER(Int8Tokens, kInt8Tokens, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -1812,6 +1844,58 @@ __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
     if (v == 0) reinterpret_cast<float2*>(xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
 }
 
+// kOptInt8Tokens: every token's x (PH 0: p.T rows of p.x into p.xq) or every pair's act (PH 1: the
+// T K rows of p.act into p.actq) in integers, a warp per row and chunk of 256 values: s = max|x| /
+// 127 over the chunk, hi and lo as quantize_int8's (x = s (hi + lo / 254)). Lane l takes unit
+// u = l / 4 of the chunk, values 4 (l % 4) + i and 16 + 4 (l % 4) + i (i = 0..3), and stores each at
+// the slot Dec::int8_tokens_slot gives: unit u's 64 bytes are lane tig's B words at 16 tig (hi of
+// k 4 tig .., hi of k 16 + 4 tig .., then the two lo words), one 16-byte load for the body. After
+// all rows' units, a float s / 254 per row and chunk. Launched as quantize_int8 is (a programmatic
+// dependent of the kernel before; the phase its programmatic dependent); a non-finite x gives no
+// finite output. Units past the row's end are not stored (the body takes whole chunks only).
+template <class Dec, int PH>
+__global__ void __launch_bounds__(128) quantize_int8_tokens(const KernelParams p) {
+    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
+    const int in = PH == 0 ? p.H : p.I;
+    const int nunits = in / 32, nch = (nunits + 7) / 8, rows = PH == 0 ? p.T : p.T * p.K;
+    const int wi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), l = threadIdx.x & 31;
+    if (wi >= rows * nch) return;
+    const int r = wi / nch, c = wi - r * nch;
+    const int u = c * 8 + (l >> 2), v0 = 4 * (l & 3);
+    const bool ok = u < nunits;
+    float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // values v0 + i, then 16 + v0 + i
+    if (ok) {
+        const __nv_bfloat16* src = (PH == 0 ? p.x : p.act) + int64_t(r) * in + int64_t(u) * 32 + v0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint2 w = *reinterpret_cast<const uint2*>(src + 16 * h);
+            x[4 * h] = __uint_as_float(w.x << 16), x[4 * h + 1] = __uint_as_float(w.x & 0xFFFF0000u);
+            x[4 * h + 2] = __uint_as_float(w.y << 16), x[4 * h + 3] = __uint_as_float(w.y & 0xFFFF0000u);
+        }
+    }
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+    m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(m)));
+    const float f = m > 0.f ? 127.f / m : 0.f;
+    uint8_t* const xq = PH == 0 ? p.xq : p.actq;
+    if (ok) {
+        uint8_t* q = xq + (int64_t(r) * nunits + u) * 64;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float t = x[i] * f, th = rintf(t);
+            const int slot = Dec::int8_tokens_slot(u & 7, (i >> 2) * 16 + v0 + (i & 3));
+            const int at = 16 * ((slot & 15) >> 2) + 4 * (slot >> 4) + (slot & 3);
+            q[at] = uint8_t(int8_t(int(th)));
+            q[at + 8] = uint8_t(int8_t(__float2int_rn((t - th) * 254.f)));
+        }
+    }
+    // (the decoder's factor left out of its integers: Q4_0's 1 / 16)
+    if (l == 0) reinterpret_cast<float*>(xq + int64_t(rows) * nunits * 64)[wi] = m / 127.f / 254.f * Dec::kInt8TokensPost;
+}
+
 // Phase 1's row r of down without the bias: the parts of an item after its first (launch_staged
 // splits down's items between blocks: each part adds its share of the dot product).
 template <class Dec>
@@ -1861,7 +1945,11 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
     static_assert(!I8S || (BS && Int8Sums<Dec>::value && TR == 1 && (PH == 0 || Int8SumsDown<Dec>::value) && !I8 &&
                            (OPT & (kOptLaneBlocks | kOptLanes16)) != 0),
                   "int8 sub-block sums: phase 0 (or where the decoder says, 1) of a lane-blocks decoder with the interface");
-    constexpr bool XQ = I8 || I8S;  // (x or act from quantize_int8)
+    constexpr bool I8T = (OPT & kOptInt8Tokens) != 0;  // (T = 2..8: x or act from quantize_int8_tokens)
+    static_assert(!I8T || (BS && Int8Tokens<Dec>::value && V == 32 && TR == 1 && !BC && !I8 && !I8S &&
+                           (OPT & kOptFull) != 0),
+                  "int8 units of several tokens: a byte-stream decoder with the interface");
+    constexpr bool XQ = I8 || I8S || I8T;  // (x or act from quantize_int8, quantize_int8_tokens)
     constexpr bool WC = (OPT & kOptWholeCopy) != 0;  // (not with LEAN: byte streams only)
     static_assert(!WC || (BS && (SubBlocks<Dec>::value || IntSums<Dec>::value)),
                   "whole-block copies: byte-stream rows of whole-block chunks (float32 sums)");
@@ -2195,6 +2283,25 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
             xm4 = reinterpret_cast<const float4*>(xqb + int64_t(PH == 0 ? in / 32 : p.K * (in / 32)) * 64) + gb / 2;
             if (count > 0 && (g >> 1) == tig) xq8 = reinterpret_cast<const uint4*>(xqb) + 4 * gb + 2 * (g & 1);
         }
+        // I8T: lane (g, tig) reads its B words of pair g's units at xt + 4 u (pair 0's past the
+        // item's pairs: their columns are dropped), and the chunk scales of its columns' pairs 2 tig,
+        // 2 tig + 1 at xs0, xs1 + c
+        const uint4* xt = nullptr;
+        const float* xs0 = nullptr;
+        const float* xs1 = nullptr;
+        if constexpr (I8T) {
+            if (count > 0) {
+                const uint8_t* xqb = PH == 0 ? p.xq : p.actq;
+                auto qrow = [&](int q) {  // the quantized row of the item's pair q (pair 0's past them)
+                    const int pair = rt.pairs[dx][q < count ? q : 0];
+                    return PH == 0 ? pair / p.K : pair;
+                };
+                xt = reinterpret_cast<const uint4*>(xqb + int64_t(qrow(g)) * nunits * 64) + tig;
+                const float* sc = reinterpret_cast<const float*>(xqb + int64_t(PH == 0 ? p.T : p.T * p.K) * nunits * 64);
+                xs0 = sc + int64_t(qrow(2 * tig)) * nchunks;
+                xs1 = sc + int64_t(qrow(2 * tig + 1)) * nchunks;
+            }
+        }
         uint4 xv[NX];  // lanes without a pair keep zeros (their mma columns are dropped anyway)
 #pragma unroll
         for (int k = 0; k < NX; ++k) xv[k] = make_uint4(0, 0, 0, 0);
@@ -2466,6 +2573,41 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                         staged_int_sum_chunk<Dec>(sb + g * PI * 16 + ((rlow[0] + cl) & 15u),
                                                   sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
                                                   xsub + int64_t(c) * 256, tig, acc[0]);
+                    } else if constexpr (I8T) {
+                        {  // (every chunk whole, every row on a 16-byte boundary: int8_tokens_rows)
+                            // the chunk's 8 units, each one IMMA k32 for the hi plane and one for
+                            // the lo plane of the item's pairs (column n: pair n); x in two halves of
+                            // 4 units, the first in flight over the rows' reads (all 8 at once: the
+                            // kernel with a bf16 body beside this one spilled around it)
+                            uint4 xb[4];
+#pragma unroll
+                            for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
+                            const float s0 = __ldg(xs0 + c), s1 = __ldg(xs1 + c);
+                            const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                            uint32_t aw[2][8];
+                            float dv[2][8];
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) Dec::int8_tokens_row(sb + (g + 8 * h) * PI * 16, tig, aw[h], dv[h]);
+                            float cs[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                            for (int u = 0; u < 8; ++u) {
+                                if (u == 4)
+#pragma unroll
+                                    for (int v = 0; v < 4; ++v) xb[v] = __ldg(xt + 4 * (c * 8 + 4 + v));
+                                uint32_t lo0, hi0, lo1, hi1;
+                                Dec::int8_tokens_split(aw[0][u], lo0, hi0);
+                                Dec::int8_tokens_split(aw[1][u], lo1, hi1);
+                                int sh[4] = {0, 0, 0, 0}, sl[4] = {0, 0, 0, 0};
+                                imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
+                                imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
+                            }
+                            acc[0][0] = fmaf(cs[0], s0, acc[0][0]);
+                            acc[0][1] = fmaf(cs[1], s1, acc[0][1]);
+                            acc[0][2] = fmaf(cs[2], s0, acc[0][2]);
+                            acc[0][3] = fmaf(cs[3], s1, acc[0][3]);
+                        }
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)
                             chunk(std::true_type{});
@@ -2999,7 +3141,7 @@ void launch_staged_opt(const KernelParams& p, cudaStream_t stream) {
     }
     // phase 1 overlaps phase 0's tail; an int8 phase 0 (kOptInt8) the quantizing of x before it
     const bool programmatic =
-        PH == 1 || (OPT & (kOptInt8 | kOptInt8Sums)) != 0 ? programmatic_launch() : phase0_programmatic();
+        PH == 1 || (OPT & (kOptInt8 | kOptInt8Sums | kOptInt8Tokens)) != 0 ? programmatic_launch() : phase0_programmatic();
     launch_kernel(kernel, dim3(sh.grid), dim3(32 * sh.ks), staged_smem(sh.ks, S, units, tiles), stream, programmatic, p,
                   nbands, sh.cpw, nparts);
 }
@@ -3213,8 +3355,25 @@ void launch_quantize_int8(const KernelParams& p, cudaStream_t stream) {
     check_launch("int8 x kernel");
 }
 
+// every token's x (phase 0) or pair's act (phase 1) in integers for kOptInt8Tokens, launched as
+// launch_quantize_int8's
+template <class Dec, int PH>
+void launch_quantize_int8_tokens(const KernelParams& p, cudaStream_t stream) {
+    const int nunits = (PH == 0 ? p.H : p.I) / 32, warps = (PH == 0 ? p.T : p.T * p.K) * ((nunits + 7) / 8);
+    launch_kernel(quantize_int8_tokens<Dec, PH>, dim3((warps + 3) / 4), dim3(128), 0, stream,
+                  PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
+    check_launch("int8 tokens x kernel");
+}
+
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
+    if constexpr (Int8Tokens<Dec>::value && (OPT & kOptFull) != 0) {
+        // T = 2..8 where the decoder's int8_tokens says (kOptInt8Tokens): x or act quantized first
+        if (stages == 2 && Dec::int8_tokens(p, PH)) {
+            launch_quantize_int8_tokens<Dec, PH>(p, stream);
+            return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8Tokens>(p, stream), true;
+        }
+    }
     if constexpr (Lanes16<Dec>::value && (OPT & kOptWholeCopy) != 0) {
         // at T = 1 where the decoder's int8 says (kOptInt8Sums on 16-value sub-blocks, Q2_K: both
         // phases): x (act) quantized first, the lanes16 kernel's launch with the int8 body

@@ -1033,6 +1033,48 @@ struct Fast<Q8_0> : WholeBlock<34, 2> {
 
 // the 18-byte blocks d:f16 | qs[16] (Q4_0, IQ4_NL), 2-byte aligned: d and the 16 nibble bytes
 struct Block18 : WholeBlock<18, 2> {
+    // kOptInt8Tokens (T = 2..8): a row's chunk of 8 blocks (144 bytes from a 16-byte boundary of the
+    // ring) read as 9 16-byte LDS; block u's d at byte 18 u, its qs from 18 u + 2. An odd block's qs
+    // are 4 aligned words: lane tig takes word tig (qs bytes 4 tig ..). An even block's start 2 bytes
+    // into a word: lane tig > 0 takes the aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1
+    // (the word of d) and 14, 15 (the word of the next block's d). int8_tokens_lane_byte(u, b): where
+    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read.
+    // rows of `in` values whose chunks all lie whole on 16-byte boundaries (a 16-byte-aligned bank)
+    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
+    __host__ __device__ static constexpr int int8_tokens_lane_byte(int u, int b) {
+        const int t = (u & 1) ? b >> 2 : (b < 2 || b >= 14) ? 0 : (b + 2) >> 2;
+        const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
+        return 4 * t + j;
+    }
+    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+        const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+        uint32_t w[36];
+#pragma unroll
+        for (int i = 0; i < 9; ++i) {
+            const uint4 v = ld_shared_v4(s + 16 * i);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
+        // the lane's selectors: odd blocks word tig of the 4 (two PRMT and a select); even blocks
+        // word tig of the 3 past the first, lane 0 the first's high half and the fifth's low half
+        const uint32_t odd = (tig & 1) ? 0x7654u : 0x3210u;
+        const uint32_t ex = tig == 0 ? 0x0032u : 0x7654u, ey = tig == 2 ? 0x3210u : 0x7654u;
+        const uint32_t et = tig == 0 ? 0x5410u : 0x3210u;
+        const bool upper = tig >= 2;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (u & 1) {
+                const int k = (9 * u + 1) / 2;  // the word of qs byte 0
+                const uint32_t x = prmt(w[k], w[k + 1], odd), y = prmt(w[k + 2], w[k + 3], odd);
+                a[u] = upper ? y : x;
+                d[u] = half_bits(w[k - 1] >> 16);
+            } else {
+                const int k = 9 * u / 2;  // the word of d
+                const uint32_t x = prmt(w[k], w[k + 1], ex), y = prmt(w[k + 2], w[k + 3], ey);
+                a[u] = prmt(upper ? y : x, w[k + 4], et);
+                d[u] = half_bits(w[k]);
+            }
+        }
+    }
     __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
         uint32_t v[6], dq[1];
         span_words(raw.s, v);
@@ -1093,6 +1135,27 @@ struct Fast<Q4_0> : Block18 {
         for (int s = 0; s < 4; ++s) a[2 * s] = q[s] & 0x0F0F0F0Fu, a[2 * s + 1] = (q[s] >> 4) & 0x0F0F0F0Fu;
         return d;
     }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
+    // words as Block18::int8_tokens_row picks them, the values as s8 16 (q - 8): (q << 4) ^ 0x80 per
+    // byte, no offset (so no x group sums), the 16 on the chunk's x scale (kInt8TokensPost). Per unit
+    // and row 3 PRMT (odd) or 4 (even) and 3 LOP3 / SHF, where the bf16 body took 8 PRMT, 8 HADD2,
+    // 8 HMUL2 and 6 LDS.
+    static constexpr bool kInt8Tokens = true;
+    static constexpr float kInt8TokensPost = 1.f / 16;
+    __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
+        return (v >> 4) * 16 + int8_tokens_lane_byte(u, v & 15);  // low nibble: value b, high: 16 + b
+    }
+    // (w & 0xF0F0F0F0) ^ 0x80808080 as one LOP3: the second constant in a register (the compiler
+    // otherwise takes one LOP3 per constant)
+    __device__ static uint32_t high_nibbles_s8(uint32_t w) {
+        uint32_t r;
+        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(r) : "r"(w), "n"(0xF0F0F0F0u), "r"(0x80808080u));
+        return r;
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        lo = high_nibbles_s8(w << 4);  // low nibbles: k 4 tig ..
+        hi = high_nibbles_s8(w);       // high nibbles: k 16 + 4 tig ..
+    }
 };
 
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
@@ -1118,6 +1181,23 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         const float d = split(raw, q);
         iq4nl_u8(q, a);
         return F == kValueV1 ? d * (1.f / kTwo62) : d;
+    }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
+    // words as Block18::int8_tokens_row picks them, the levels by nibbles_u8 (128 + level) and one
+    // LOP3 per 4 values to s8 (no offset, so no x group sums): per word 9 instructions (Q4_0: 3).
+    // Byte i of nibbles_u8's A word is nibble i of its 16 bits: lane byte j's qs byte gives k 4 tig
+    // + 2 j + n (j = 0, 1; n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3).
+    // d over the decode's post (2^62 in kValueV1) on the chunk's x scale (kInt8TokensPost)
+    static constexpr bool kInt8Tokens = true;
+    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
+        const int lb = int8_tokens_lane_byte(u, v & 15), j = lb & 3;
+        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
+        lo ^= 0x80808080u, hi ^= 0x80808080u;
     }
 };
 template <>
@@ -2988,6 +3068,24 @@ bool int8_for(const KernelParams& p, int phase) {
     }
 }
 
+// Whether a phase at T = 2..8 takes T's int8 units of several tokens (kOptInt8Tokens: Fast<T>::kInt8Tokens,
+// Q4_0, IQ4_NL), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole chunks on
+// 16-byte boundaries), with x (act) quantized per token (pair) and chunk into the workspace first
+// (quantize_int8_tokens); the phase then decodes staged also where it would not (launch_typed).
+// FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only; unset or =0 never
+// (written without device time: not yet run on a GPU, so not a default anywhere; read at every launch)
+FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
+template <class T>
+bool int8_tokens_for(const KernelParams& p, int phase) {
+    if constexpr (!Int8Tokens<Fast<T>>::value) {
+        return false;
+    } else {
+        if (p.T < 2 || p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr) return false;
+        if (!Fast<T>::int8_tokens_rows(phase == 0 ? p.H : p.I)) return false;  // (the kernel's one body)
+        return env_is("FTW_GGUF_CUDA_INT8_T8", "1") || env_is("FTW_GGUF_CUDA_INT8_T8", phase == 0 ? "gate_up" : "down");
+    }
+}
+
 // Fast<T>::kInt8Tables: T's int8 units read tables the block keeps in shared memory (IQ3_XXS, IQ3_S:
 // fill_int8_tables), so only Int8TableRows takes them
 FTW_OPTIONAL_MEMBER(Int8Tables, kInt8Tables, bool, false);
@@ -3033,6 +3131,16 @@ struct StagedRows {
         return F::decode_int8(F::template load<M>(b, k), a);
     }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
+    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL), at T = 2..8 where
+    // int8_tokens_for<T> says for the phase (the ring read by 16-byte LDS whatever M says)
+    static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
+    static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
+    __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) { return F::int8_tokens_slot(u, v); }
+    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+        F::int8_tokens_row(row, tig, a, d);
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { F::int8_tokens_split(w, lo, hi); }
+    static bool int8_tokens(const KernelParams& p, int phase) { return int8_tokens_for<T>(p, phase); }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)

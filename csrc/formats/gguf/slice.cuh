@@ -66,10 +66,11 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             }
         }
         // (and at T = 1 with byte columns, kOptByteCols, where FTW_GGUF_CUDA_UNITCOLS=1 asks: byte_cols_forced)
-        // (and a phase at T = 1 with int8 units, kOptInt8, where int8_for says)
+        // (and a phase at T = 1 with int8 units, kOptInt8, where int8_for says; at T = 2..8,
+        // kOptInt8Tokens, where int8_tokens_for says)
         const bool staged = StagedPreferred<Fast<U>>::value ||
                             (StagedManyItems<Fast<U>>::value && staged_for_items(p, phase)) || byte_cols_forced<U>(p) ||
-                            int8_for<U>(p, phase);
+                            int8_for<U>(p, phase) || int8_tokens_for<U>(p, phase);
         if (m == GgufMode::kStaged || (m == GgufMode::kPerType && staged)) {
             // on float32 sub-block sums where the type has them (its own min form only: with_min_form's
             // other form keeps the decode it had), unless the ring is read through generic addresses
