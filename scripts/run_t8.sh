@@ -3,7 +3,12 @@
 # first call): gguf Q4_0 / IQ4_NL int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8). Build trimmed
 # to Q8_0, Q4_0, IQ4_NL (the snapshot only), the new tests, the sanitizer on a few, the bench of main's
 # T = 8 body (int8-t8-0) against the new one (int8-t8-1, and each phase alone), then the Q4_0 / IQ4_NL tests.
-cd "$(dirname "$0")"
+# Run it in a snapshot (`git archive HEAD | tar -x` into .snap_t8, carried with .whl), never in a
+# checkout: it trims the build in place.
+cd "$(dirname "$0")/.."
+if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  echo "scripts/run_t8.sh: run it in a snapshot made by git archive, not in a git checkout (it edits the tree)"; exit 1
+fi
 sed -i 's/^    X(Q8_0) X(Q4_K) X(Q6_K) X(Q5_K) X(Q4_0) X(MXFP4) X(IQ4_NL) X(IQ4_XS) X(Q5_0) X(Q4_1) X(Q5_1)   \\$/    X(Q8_0) X(Q4_0) X(IQ4_NL)/; /^    X(Q2_K) X(Q3_K) X(IQ2_XXS) X(IQ2_XS) X(IQ3_XXS) X(IQ3_S)$/d' csrc/formats/gguf/decoders.cuh
 grep -n "X(Q8_0) X(Q4_0) X(IQ4_NL)$" csrc/formats/gguf/decoders.cuh || { echo "trim failed"; exit 1; }
 rm -f csrc/formats/{bf16,fp8_block,nvfp4,mxfp8,mxfp4,ds_fp4}/cuda.cu
