@@ -155,13 +155,17 @@ def run(name, opts, banks, x, ids, wts, act, view=None, **kw):
     return ce.experts_forward(view, x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(), act, **kw)
 
 
-def run_back_to_back(view, steps, act, ws, graph: bool) -> None:
-    """Steps [(x, x64, ids, wts, ids_d, wts_d, out), ...] launched back to back on one stream
-    sharing the workspace `ws`, eagerly or captured in a CUDA graph and replayed once (the
-    kernels' first launches, lazy module loading, run outside the capture); outputs into each out."""
+def run_back_to_back(view, inputs, act, graph: bool, K: int, I: int, E: int) -> list[torch.Tensor]:  # noqa: E741
+    """Steps [(x, x64, ids, wts), ...] (x [T, H] on the device, the rest on the host) launched back to
+    back on one stream sharing one workspace, eagerly or captured in a CUDA graph and replayed once
+    (the kernels' first launches, lazy module loading, run outside the capture); each step's output."""
+    T, H = inputs[0][0].shape
+    steps = [(x, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
+              torch.full((T, H), float("nan"), dtype=torch.float32, device="cuda")) for x, _, ids, wts in inputs]
+    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
 
     def launch():
-        for x, _, _, _, ids_d, wts_d, out in steps:
+        for x, ids_d, wts_d, out in steps:
             ce.experts_forward(view, x, ids_d, wts_d, act, out=out, ws=ws, check=False)
 
     if graph:
@@ -180,6 +184,7 @@ def run_back_to_back(view, steps, act, ws, graph: bool) -> None:
         launch()
     torch.cuda.synchronize()
     assert ce.read_error(ws) is None
+    return [out for *_, out in steps]
 
 
 ACTS = {

@@ -41,7 +41,7 @@ from ftw.formats import Activation, LayerFormat, get_format  # noqa: E402
 from ftw.formats.ggml_types import ggml_type_named  # noqa: E402
 from ftw.runtime import cuda_experts as ce  # noqa: E402
 
-from test_cuda_kernels import run_back_to_back  # noqa: E402
+from test_cuda_kernels import bf16_x, rel_err, routing, run_back_to_back  # noqa: E402
 
 if "gguf" not in ce.cuda_formats():
     pytest.skip("ftw._runtime was built without the gguf CUDA kernels", allow_module_level=True)
@@ -122,20 +122,17 @@ def reference(opts, banks, H, I, x64, ids, wts, act=SILU):  # noqa: E741
     return out
 
 
-def routing(T, K, E, rng):
-    ids = np.stack([rng.choice(E, K, replace=False) for _ in range(T)]).astype(np.int32)
-    return ids, rng.uniform(0.05, 1.0, (T, K)).astype(np.float32)
-
-
-def bf16_x(T, H, rng):
-    x = torch.from_numpy(rng.standard_normal((T, H)).astype(np.float32)).to(torch.bfloat16)
-    return x.cuda(), x.float().double().numpy()
-
-
-def rel_err(out, ref) -> float:
-    o = out.double().cpu().numpy()
-    assert np.isfinite(o).all(), "non-finite output"
-    return float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
+def back_to_back_errs(opts, banks, T, H, I, E, K, rng, graph):  # noqa: E741
+    """Six steps of T tokens through the gguf layer launched back to back (run_back_to_back): each
+    step's error against the float64 reference."""
+    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
+    inputs = []
+    for _ in range(6):
+        x, x64 = bf16_x(T, H, rng)
+        ids, wts = routing(T, K, E, rng)
+        inputs.append((x, x64, ids, wts))
+    outs = run_back_to_back(view, inputs, SILU, graph, K, I, E)
+    return [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for (_, x64, ids, wts), out in zip(inputs, outs)]
 
 
 def run(opts, banks, x, ids, wts, act=SILU):
@@ -739,16 +736,7 @@ def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     H, I, E, K = INT8_SIZES["partial" if name in INT8 else "small"]  # noqa: E741  (K-quants: whole blocks)
     rng = np.random.default_rng([41, (INT8 + INT8_SUMS + INT8_SUMS16).index(name), int(pdl0), int(graph)])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
-    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
-    steps = []
-    for _ in range(6):
-        x, x64 = bf16_x(1, H, rng)
-        ids, wts = routing(1, K, E, rng)
-        steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
-                      torch.full((1, H), float("nan"), dtype=torch.float32, device="cuda")))
-    ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(1, K, I, E, H), dtype=torch.uint8, device="cuda")
-    run_back_to_back(view, steps, SILU, ws, graph)
-    errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
+    errs = back_to_back_errs(opts, banks, 1, H, I, E, K, rng, graph)
     print(f"gguf cuda accuracy {name} int8 back to back pdl0={pdl0} graph={graph}: {max(errs):.2e}")
     assert max(errs) < REL_TOL, errs
 
@@ -834,17 +822,8 @@ def test_gguf_int8_tokens_back_to_back(name, monkeypatch):
     T = 8
     rng = np.random.default_rng([71, INT8_T8.index(name)])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
-    view = ce.identity_view(LayerFormat.of("gguf", opts), banks)
     for graph in (False, True):
-        steps = []
-        for _ in range(6):
-            x, x64 = bf16_x(T, H, rng)
-            ids, wts = routing(T, K, E, rng)
-            steps.append((x, x64, ids, wts, torch.from_numpy(ids).cuda(), torch.from_numpy(wts).cuda(),
-                          torch.full((T, H), float("nan"), dtype=torch.float32, device="cuda")))
-        ws = torch.empty(ce._runtime.cuda_experts_workspace_bytes(T, K, I, E, H), dtype=torch.uint8, device="cuda")
-        run_back_to_back(view, steps, SILU, ws, graph)
-        errs = [rel_err(out, reference(opts, banks, H, I, x64, ids, wts)) for _, x64, ids, wts, _, _, out in steps]
+        errs = back_to_back_errs(opts, banks, T, H, I, E, K, rng, graph)
         print(f"gguf cuda accuracy {name} int8 tokens back to back graph={graph}: {max(errs):.2e}")
         assert max(errs) < REL_TOL, errs
 
