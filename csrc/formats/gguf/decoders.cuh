@@ -2864,10 +2864,10 @@ struct IqCopies<IQ3_S> {
 // load, the signs by four imad and lop3, a popc; the same integers, the same scales).
 // IqInt8<T> per type (kHas), seen by the kernel through IntSumRows (with copies):
 //   float decode_int8(b, k, a[8])   sub-block k of the block at b as u8 128 + value; returns db
-//   (kHalves: a scale per 16 values) float decode_int8_halves(b, k, a[8], f[2]): s8 values,
+//   (kInt8Halves: a scale per 16 values) float decode_int8_halves(b, k, a[8], f[2]): s8 values,
 //                                   returns d / 8 and in f the halves' factors 2 n + 1
 //   fill<Async>()                   the copies into shared memory (the block's setup)
-//   kDefault                        int8 units by default at T = 1 (int8_for's rule)
+//   kInt8Default, kInt8DefaultManyItems  int8 units by default at T = 1, as Fast<T>'s (int8_for)
 // (16 copies each, filled 16 bytes (4 copies) per cp.async from the tables' rows written four times:
 // 4-byte copies, 80 per thread of a 4-warp block, cost more than the units gained, H200)
 __shared__ __align__(16) uint4 s_ksigns_nibbles_x16[128 * 4];
@@ -2899,16 +2899,15 @@ __device__ __forceinline__ void grid_bytes8(uint32_t c, uint32_t sn, uint32_t& l
 
 template <class T>
 struct IqInt8 {
-    static constexpr bool kHas = false, kDefault = false;
+    static constexpr bool kHas = false;
 };
-// IqInt8<T>::kManyItems: by default only in a phase of many items (staged_for_items, as I8's types)
 
 // H200, T = 1, x the ceiling, against the bf16 sums with copies in the same run (docs/BENCHMARKS.md
 // "IQ2"): deepseek-v3 0.24 -> 0.29 (98.1 -> 80.0 us), qwen3-30b-a3b 0.19 -> 0.21 (26.1 -> 23.8 us,
 // gate_up only: down's rows of 3 chunks keep one grid and the bf16 sums)
 template <>
 struct IqInt8<IQ2_XXS> {
-    static constexpr bool kHas = true, kDefault = true;
+    static constexpr bool kHas = true, kInt8Default = true;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t idx = ld_u32_a2(q), sg = ld_u32_a2(q + 4);
@@ -2928,14 +2927,14 @@ struct IqInt8<IQ2_XXS> {
 };
 
 // IQ2_XS: per 8 values a 16-bit word, the 9-bit row of a 512-row grid and a 7-bit ksigns index; a
-// scale per 16 values, db = d (0.5 + n) / 4 = (d / 8) (2 n + 1): the values as s8 (kHalves: the
+// scale per 16 values, db = d (0.5 + n) / 4 = (d / 8) (2 n + 1): the values as s8 (kInt8Halves: the
 // kernel sums each half apart and combines them by the integer factors 2 n + 1 in int32:
 // |f0 I0 + f1 I1| <= 2 x 31 x 16 x 43 x 255 x 127 < 2^31)
 // H200, T = 1: deepseek-v3 0.22 -> 0.26 (116.3 -> 100.4 us); qwen3-30b-a3b slower, 0.20 -> 0.18 (26.3 ->
-// 28.6 us, gate_up only), so by default in phases of many items only (kManyItems: deepseek-v3's)
+// 28.6 us, gate_up only), so by default in phases of many items only (kInt8DefaultManyItems: deepseek-v3's)
 template <>
 struct IqInt8<IQ2_XS> {
-    static constexpr bool kHas = true, kDefault = true, kHalves = true, kManyItems = true;
+    static constexpr bool kHas = true, kInt8Default = true, kInt8Halves = true, kInt8DefaultManyItems = true;
     __device__ static float decode_int8_halves(const uint8_t* b, int k, uint32_t (&a)[8], int (&f)[2]) {
         const uint8_t* q = b + 2 + 8 * k;
         const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)};
@@ -2957,8 +2956,6 @@ struct IqInt8<IQ2_XS> {
         copy_table_copies<4>(s_ksigns_nibbles_x16, tb::ksigns_nibbles_x4);
     }
 };
-FTW_OPTIONAL_MEMBER(IqInt8Halves, kHalves, bool, false);
-FTW_OPTIONAL_MEMBER(IqInt8ManyItems, kManyItems, bool, false);
 
 FTW_HAS_MEMBER(HasPermute, permute);
 FTW_HAS_MEMBER(HasPost, kPost);
@@ -3061,10 +3058,10 @@ bool int8_for(const KernelParams& p, int phase) {
         // (kOptInt8Sums: phase 0 only, but where the decoder takes down too: Q2_K; the IQ2 grids' units)
         if (!Int8Cols<Fast<T>>::value && !Int8SumsDown<Fast<T>>::value && !iq && phase != 0) return false;
         if (*env_or("FTW_GGUF_CUDA_INT8", "") != 0) return int8_asked(phase);
-        if constexpr (iq) return IqInt8<T>::kDefault && (!IqInt8ManyItems<IqInt8<T>>::value || staged_for_items(p, phase));
-        if (Int8DefaultDown<Fast<T>>::value && phase == 1) return true;
-        constexpr bool many = Int8Cols<Fast<T>>::value || Int8DefaultManyItems<Fast<T>>::value;
-        return Int8Default<Fast<T>>::value && (!many || staged_for_items(p, phase));
+        using R = std::conditional_t<iq, IqInt8<T>, Fast<T>>;  // (where T's int8 default is declared)
+        if (Int8DefaultDown<R>::value && phase == 1) return true;
+        constexpr bool many = Int8Cols<R>::value || Int8DefaultManyItems<R>::value;
+        return Int8Default<R>::value && (!many || staged_for_items(p, phase));
     }
 }
 
@@ -3402,7 +3399,7 @@ struct IntSumRows : Dec {
     // int8 units where T has them (IqInt8<T>: IQ2_XXS, IQ2_XS), with copies (phases of 8 chunks or more),
     // at T = 1 where int8_for<T> says for the phase; their own tables in the block's setup
     static constexpr bool kInt8 = Copies && IqInt8<T>::kHas, kInt8Interleaved = false;
-    static constexpr bool kInt8Halves = IqInt8Halves<IqInt8<T>>::value;  // (IQ2_XS: s8, no offset)
+    static constexpr bool kInt8Halves = Int8Halves<IqInt8<T>>::value;  // (IQ2_XS: s8, no offset)
     static constexpr int kInt8Offset = kInt8Halves ? 0 : 128;
     __device__ static float decode_int8(const uint8_t* b, int k, uint32_t (&a)[8]) {
         return IqInt8<T>::decode_int8(b, k, a);
