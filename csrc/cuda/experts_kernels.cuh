@@ -1808,6 +1808,22 @@ __device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
         : "r"(int(p)), "l"(a));
 }
 
+// The int8 quantizers' start (quantize_int8, quantize_int8_tokens): PH 0 waits for the kernel before
+// it (a programmatic launch: FTW_CUDA_PDL0=1, the previous step) and lets phase 0 start; PH 1 lets
+// phase 1 start at once and waits for phase 0 (act written).
+template <int PH>
+__device__ __forceinline__ void quantize_int8_start() {
+    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+// t = x / s (|t| <= 127) as hi = rint(t) and lo = rint((t - hi) * 254), so x = s (hi + lo / 254)
+// within s / 508
+__device__ __forceinline__ void int8_hi_lo(float t, int& hi, int& lo) {
+    const float th = rintf(t);
+    hi = int(th), lo = __float2int_rn((t - th) * 254.f);
+}
+
 // kOptInt8: token 0's x (T = 1) in integers for phase 0 (PH 0: p.x into p.xq), or act for phase 1
 // (PH 1: the K pairs' rows of act into p.actq), a warp per 32-value group j: s_j = max|x| / 127,
 // hi = rint(x / s_j), lo = rint((x / s_j - hi) * 254) (both in -127..127), so x = s_j (hi + lo / 254)
@@ -1822,17 +1838,15 @@ __device__ __forceinline__ void ldg_if(bool p, const uint4* a, uint4& v) {
 // gives no finite output.
 template <bool Interleaved, int PH>
 __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
-    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
+    quantize_int8_start<PH>();
     const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
     const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
     if (gi >= ngroups) return;
     const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
     const float m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(x))));
     const float t = m > 0.f ? x * (127.f / m) : 0.f;
-    const float th = rintf(t);
-    const int hi = int(th), lo = __float2int_rn((t - th) * 254.f);
+    int hi, lo;
+    int8_hi_lo(t, hi, lo);
     const int sum = 254 * __reduce_add_sync(0xffffffffu, hi) + __reduce_add_sync(0xffffffffu, lo);
     // Interleaved: value v = 16 n + 4 s + r (n: the nibble, s: the word, r: the byte in it) at byte
     // 16 (r / 2) + 4 s + 2 (r % 2) + n
@@ -1855,9 +1869,7 @@ __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
 // finite output. Units past the row's end are not stored (the body takes whole chunks only).
 template <class Dec, int PH>
 __global__ void __launch_bounds__(128) quantize_int8_tokens(const KernelParams p) {
-    if (PH == 0) asm volatile("griddepcontrol.wait;" ::: "memory");  // (a programmatic launch: FTW_CUDA_PDL0=1)
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (PH == 1) asm volatile("griddepcontrol.wait;" ::: "memory");  // phase 0 complete: act written
+    quantize_int8_start<PH>();
     const int in = PH == 0 ? p.H : p.I;
     const int nunits = in / 32, nch = (nunits + 7) / 8, rows = PH == 0 ? p.T : p.T * p.K;
     const int wi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), l = threadIdx.x & 31;
@@ -1885,11 +1897,12 @@ __global__ void __launch_bounds__(128) quantize_int8_tokens(const KernelParams p
         uint8_t* q = xq + (int64_t(r) * nunits + u) * 64;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const float t = x[i] * f, th = rintf(t);
+            int hi, lo;
+            int8_hi_lo(x[i] * f, hi, lo);
             const int slot = Dec::int8_tokens_slot(u & 7, (i >> 2) * 16 + v0 + (i & 3));
             const int at = 16 * ((slot & 15) >> 2) + 4 * (slot >> 4) + (slot & 3);
-            q[at] = uint8_t(int8_t(int(th)));
-            q[at + 8] = uint8_t(int8_t(__float2int_rn((t - th) * 254.f)));
+            q[at] = uint8_t(int8_t(hi));
+            q[at + 8] = uint8_t(int8_t(lo));
         }
     }
     // (the decoder's factor left out of its integers: Q4_0's 1 / 16)
