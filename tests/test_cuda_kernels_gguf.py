@@ -455,7 +455,8 @@ def test_iq3_xxs_on_sums_where_both_phases_take_copies(T, copies, monkeypatch):
 
 # the 4-bit types of 32-value blocks and IQ4_XS staged (FTW_GGUF_CUDA_DECODER=staged) on rings of 2
 # stages (the default "", kShortRing) and 4 (FTW_CUDA_STAGED_STAGES); and Q4_0 / MXFP4 by default,
-# which decode staged where a phase has many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: at every size)
+# which decode staged where a phase has many items (FTW_GGUF_CUDA_STAGED_ITEMS=0: at every size; the
+# int8 units of several tokens, which such phases of Q4_0 take at T = 8 by default, pinned off: T8's own tests)
 SHORT_RING_WAYS = [(name, decoder, stages) for name in ("Q4_0", "IQ4_NL", "IQ4_XS", "MXFP4")
                    for decoder, stages in (("staged", ""), ("staged", "4"))] + \
                   [("Q4_0", "", ""), ("MXFP4", "", "")]
@@ -471,6 +472,7 @@ def test_4_bit_types_staged_on_short_rings(name, decoder, stages, monkeypatch):
         monkeypatch.setenv("FTW_GGUF_CUDA_DECODER", decoder)
     else:
         monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", "0")
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8_T8", "0")
     monkeypatch.setenv("FTW_CUDA_STAGED_STAGES", stages)
     seed = [13, TYPES.index(name), SHORT_RING_WAYS.index((name, decoder, stages))]
     check((name, name, name), 1, seed + [1])
@@ -756,8 +758,8 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
 # then on a 16-byte boundary: int8_tokens_rows); "partial" rows (352 / 160 values) keep main's kernels,
 # whatever the switch says. Each case runs every way and
 # without (=0) on the same data: within the tolerance, no less accurate than the bf16 way (1.2x + 1e-5),
-# and not identical to it where the rows are aligned (the path ran). Written without device time: not
-# yet run on a GPU.
+# and not identical to it where the rows are aligned (the path ran); unset, it is the int8 way in
+# phases of many items (FTW_GGUF_CUDA_STAGED_ITEMS=0) and the bf16 way in phases of few (a billion).
 INT8_T8 = ["Q4_0", "IQ4_NL"]
 
 
@@ -791,6 +793,13 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{name} {size} T={T} {route}: {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
         if size != "partial":
             assert not torch.equal(outs["0"], outs[v]), f"{name} {size} T={T} {route}: the int8 tokens path ({v}) did not run"
+    if size != "partial":  # the default: as int8_pair's (10x nearer the way it should take than the ways are apart)
+        monkeypatch.delenv("FTW_GGUF_CUDA_INT8_T8")
+        gap = float((outs["0"] - outs["1"]).norm())
+        for items, want in (("0", "1"), ("1000000000", "0")):
+            monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
+            near = float((run(opts, banks, x, ids, wts) - outs[want]).norm())
+            assert near < 0.1 * gap, f"{name} {size} T={T} {route} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
 
 
 @pytest.mark.parametrize("route", ["same", "random", "mixed"])

@@ -1082,7 +1082,7 @@ constexpr int kOptInt8Sums = 524288;
 //                  IMAD, one I2F and one FFMA by the row's unit scale; the pair's chunk scale once
 //                  per chunk. Only where every chunk is whole and every row starts on a 16-byte
 //                  boundary (the decoder's int8_tokens_rows: the kernel has no other body). Where
-//                  int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8, off by default: not yet run on a GPU)
+//                  int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8; unset: in many-item phases)
 constexpr int kOptInt8Tokens = 1048576;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
 // made kernels read as others (kOptOneColumn / kOptUnitCols; FP4J's 20-warp down / kOptLaneBlocks)

@@ -3069,8 +3069,11 @@ bool int8_for(const KernelParams& p, int phase) {
 // Q4_0, IQ4_NL), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole chunks on
 // 16-byte boundaries), with x (act) quantized per token (pair) and chunk into the workspace first
 // (quantize_int8_tokens); the phase then decodes staged also where it would not (launch_typed).
-// FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only; unset or =0 never
-// (written without device time: not yet run on a GPU, so not a default anywhere; read at every launch)
+// FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only, =0 never; unset where the
+// phase has many items (staged_for_items, kOptInt8's rule), as measured on the H200 (docs/BENCHMARKS.md
+// "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
+// deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8; qwen3-30b-a3b (few items) slower, Q4_0
+// 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7 (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
 template <class T>
 bool int8_tokens_for(const KernelParams& p, int phase) {
@@ -3079,6 +3082,7 @@ bool int8_tokens_for(const KernelParams& p, int phase) {
     } else {
         if (p.T < 2 || p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr) return false;
         if (!Fast<T>::int8_tokens_rows(phase == 0 ? p.H : p.I)) return false;  // (the kernel's one body)
+        if (*env_or("FTW_GGUF_CUDA_INT8_T8", "") == 0) return staged_for_items(p, phase);
         return env_is("FTW_GGUF_CUDA_INT8_T8", "1") || env_is("FTW_GGUF_CUDA_INT8_T8", phase == 0 ? "gate_up" : "down");
     }
 }
