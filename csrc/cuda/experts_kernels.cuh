@@ -1886,7 +1886,8 @@ __global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
 // step at 0 (quantize_int8<.., 0>).
 template <int N>
 __device__ __forceinline__ void count_act_and_quantize(const KernelParams& p, const int (&key)[N], int lane) {
-    __threadfence();
+    __threadfence();  // release: this warp's act stores before its counts (every lane's, so
+    __syncwarp();     // the leader's add follows the other lanes' fences)
     const int ngroups = p.K * (p.I / 32);
     int done[N];
 #pragma unroll
@@ -1898,11 +1899,12 @@ __device__ __forceinline__ void count_act_and_quantize(const KernelParams& p, co
             if (atomicAdd(p.actq_count + key[i], n) + n == 32) done[i] = key[i];
         }
     }
+    __threadfence();  // acquire: the counted stores of every block before the reads below
+    __syncwarp();
 #pragma unroll
     for (int i = 0; i < N; ++i) {
         for (unsigned m = __ballot_sync(0xffffffffu, done[i] >= 0); m != 0; m &= m - 1) {
             const int gi = __shfl_sync(0xffffffffu, done[i], __ffs(m) - 1);
-            __threadfence();  // every block's counted stores before the reads
             const unsigned short* a = reinterpret_cast<const unsigned short*>(p.act) + int64_t(gi) * 32 + lane;
             const float x = __uint_as_float(uint32_t(__ldcg(a)) << 16);
             if (p.actq_fused == 2)
@@ -3422,15 +3424,6 @@ bool staged_lanes16(const KernelParams& p) {
     return Lanes16Default<Dec>::value && p.T == 1;
 }
 
-// The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
-// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
-// decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
-// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says; phase 0's
-// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages, after quantize_int8
-// (rings of 3 or 4 stages measured slower: deepseek-v3 T = 1 up to 4% and 3-6%; docs/BENCHMARKS.md
-// "I8K", commit 2043bc8 has the switch).
-// x (phase 0) or act (phase 1) in integers for the int8 bodies (kOptInt8, kOptInt8Sums), launched
-// just before the phase, which is its programmatic dependent
 // Host: whether this step's phase 0 took an int8 kernel with p.actq_fused set, so quantized act
 // itself (set by launch_quantize_int8<.., 0>, cleared by the launch before each step's phase 0;
 // the gguf launch, csrc/formats/gguf/launch.cu)
@@ -3439,8 +3432,18 @@ inline bool& act_quantized_by_phase0() {
     return v;
 }
 
-// (phase0_quantizes_act: the phase 0 kernel launched after it quantizes act where p.actq_fused
-// asks: kOptInt8's, and kOptInt8Sums' where the decoder's down takes int8 units too)
+// The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
+// false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
+// decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
+// decoder's byte_cols says, at 2 stages; kOptLanes16 where staged_lanes16 says; phase 0's
+// kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages, after quantize_int8
+// (rings of 3 or 4 stages measured slower: deepseek-v3 T = 1 up to 4% and 3-6%; docs/BENCHMARKS.md
+// "I8K", commit 2043bc8 has the switch).
+
+// x (phase 0) or act (phase 1) in integers for the int8 bodies (kOptInt8, kOptInt8Sums), launched
+// just before the phase, which is its programmatic dependent (phase0_quantizes_act: the phase 0
+// kernel launched after it quantizes act where p.actq_fused asks: kOptInt8's, and kOptInt8Sums'
+// where the decoder's down takes int8 units too)
 template <bool Interleaved, int PH>
 void launch_quantize_int8(const KernelParams& p, cudaStream_t stream, bool phase0_quantizes_act = true) {
     if (PH == 0) act_quantized_by_phase0() = phase0_quantizes_act && p.actq_fused != 0;
