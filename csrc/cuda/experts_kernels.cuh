@@ -808,6 +808,17 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t a) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
+// 8 and 4 bytes from shared memory, as ld_shared_v4
+__device__ __forceinline__ uint2 ld_shared_v2(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
 
 // The step's routing, once per block: the distinct experts in order of first appearance, each
 // with its slot (-1: out of range or not resident, skipped and flagged) and its pairs (<= 8).
@@ -1069,7 +1080,7 @@ constexpr int kOptInt8 = 65536;
 //                  deepseek-v3 71.7 -> 62.8 us (0.40 -> 0.46), qwen3-30b-a3b 17.8 -> 18.1
 constexpr int kOptInt8Sums = 524288;
 //   kOptInt8Tokens T = 2..8, byte-stream decoders with the int8-tokens interface (gguf Q4_0,
-//                  IQ4_NL: kInt8Tokens): a unit per quad, the IMMA's columns the item's pairs (I8T's layout,
+//                  IQ4_NL, IQ4_XS: kInt8Tokens): a unit per quad, the IMMA's columns the item's pairs (I8T's layout,
 //                  docs/BENCHMARKS.md "I8T") with T = 1's economy where I8T lost it: each lane
 //                  reads its rows g and g + 8 of the chunk as 9 16-byte LDS each (rows of a chunk
 //                  on a 16-byte boundary in the ring: int8_tokens_row), and picks its quarter of
@@ -1080,8 +1091,10 @@ constexpr int kOptInt8Sums = 524288;
 //                  kOptInt8's), stored so that lane (g, tig)'s B words of a unit (hi and lo planes
 //                  of pair g) are one 16-byte load; per unit two IMMA (hi, lo) and per C value one
 //                  IMAD, one I2F and one FFMA by the row's unit scale; the pair's chunk scale once
-//                  per chunk. Only where every chunk is whole and every row starts on a 16-byte
-//                  boundary (the decoder's int8_tokens_rows: the kernel has no other body). Where
+//                  per chunk. Only where every chunk is whole (and, for Q4_0 / IQ4_NL, every row
+//                  starts on a 16-byte boundary; IQ4_XS's 136-byte chunks are read from wherever they
+//                  start, 8-byte aligned: LDS.64 of the head and an LDS.32 per unit) (the decoder's
+//                  int8_tokens_rows: the kernel has no other body). Where
 //                  int8_tokens_for says (FTW_GGUF_CUDA_INT8_T8; unset: in many-item phases)
 constexpr int kOptInt8Tokens = 1048576;
 // Every kOpt is a bit of its own: two branches that took the same bit merged cleanly twice and
@@ -1147,13 +1160,15 @@ FTW_OPTIONAL_MEMBER(Int8Only, kInt8Only, bool, false);
 //                                       two IMMA chains per unit, one per half
 FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
 // kOptInt8Tokens' interface (optional, on top of the byte-stream one; kInt8Tokens true), for rows
-// whose chunks are all whole and start on 16-byte boundaries (static bool int8_tokens_rows(in), host:
-// rows of `in` values are so on a 16-byte-aligned bank, the only banks the typed decoders run on):
-//   int8_tokens_row(row, tig, a[8], d[8])  row: the shared address of the row's chunk; lane tig's
+// whose chunks are all whole and lie where the decoder's row read takes them (static bool
+// int8_tokens_rows(in), host: rows of `in` values are so on a 16-byte-aligned bank, the only banks
+// the typed decoders run on; a chunk of kChunkBytes % 16 == 0 then starts on a 16-byte boundary):
+//   f = int8_tokens_row(row, tig, a[8], d[8])  row: the shared address of the row's chunk; lane tig's
 //                                       word of each of the chunk's 8 units (the unit's values at k
 //                                       4 tig .. 4 tig + 3 and 16 + 4 tig .. of its IMMA, still packed)
-//                                       and each unit's scale (times whatever int8_tokens_split's
-//                                       integers leave out)
+//                                       and each unit's scale, the row's chunk factor f on all of them
+//                                       (1 where the units' scales hold it all; times whatever
+//                                       int8_tokens_split's integers leave out)
 //   int8_tokens_split(w, lo, hi)        the word as the two s8 A words (k 4 tig .., k 16 + 4 tig ..)
 //   int8_tokens_slot(u, v)              (host and device) where value v (0..31) of the chunk's unit
 //                                       u sits: 4 tig + j for the A word lo's byte j of lane tig, or
@@ -2598,9 +2613,14 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             const float s0 = __ldg(xs0 + c), s1 = __ldg(xs1 + c);
                             const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
                             uint32_t aw[2][8];
-                            float dv[2][8];
+                            float dv[2][8], rf[2];
+                            // (chunks of a multiple of 16 bytes start on a 16-byte boundary: int8_tokens_rows)
+                            const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
 #pragma unroll
-                            for (int h = 0; h < 2; ++h) Dec::int8_tokens_row(sb + (g + 8 * h) * PI * 16, tig, aw[h], dv[h]);
+                            for (int h = 0; h < 2; ++h)
+                                rf[h] = Dec::int8_tokens_row(
+                                    sb + (g + 8 * h) * PI * 16 + (Dec::kChunkBytes % 16 == 0 ? 0u : (rlow[h] + cl) & 15u), tig,
+                                    aw[h], dv[h]);
                             float cs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
                             for (int u = 0; u < 8; ++u) {
@@ -2616,10 +2636,10 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
 #pragma unroll
                                 for (int i = 0; i < 4; ++i) cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
                             }
-                            acc[0][0] = fmaf(cs[0], s0, acc[0][0]);
-                            acc[0][1] = fmaf(cs[1], s1, acc[0][1]);
-                            acc[0][2] = fmaf(cs[2], s0, acc[0][2]);
-                            acc[0][3] = fmaf(cs[3], s1, acc[0][3]);
+                            acc[0][0] = fmaf(cs[0], s0 * rf[0], acc[0][0]);
+                            acc[0][1] = fmaf(cs[1], s1 * rf[0], acc[0][1]);
+                            acc[0][2] = fmaf(cs[2], s0 * rf[1], acc[0][2]);
+                            acc[0][3] = fmaf(cs[3], s1 * rf[1], acc[0][3]);
                         }
                     } else if constexpr (BS && (OPT & kOptFull) != 0) {
                         if ((c + 1) * 8 <= nunits)

@@ -1038,7 +1038,8 @@ struct Block18 : WholeBlock<18, 2> {
     // are 4 aligned words: lane tig takes word tig (qs bytes 4 tig ..). An even block's start 2 bytes
     // into a word: lane tig > 0 takes the aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1
     // (the word of d) and 14, 15 (the word of the next block's d). int8_tokens_lane_byte(u, b): where
-    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read.
+    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read
+    // (each unit's whole scale: the row's chunk factor 1).
     // rows of `in` values whose chunks all lie whole on 16-byte boundaries (a 16-byte-aligned bank)
     static bool int8_tokens_rows(int in) { return in % 256 == 0; }
     __host__ __device__ static constexpr int int8_tokens_lane_byte(int u, int b) {
@@ -1046,7 +1047,7 @@ struct Block18 : WholeBlock<18, 2> {
         const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
         return 4 * t + j;
     }
-    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
         const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
         uint32_t w[36];
 #pragma unroll
@@ -1074,6 +1075,7 @@ struct Block18 : WholeBlock<18, 2> {
                 d[u] = half_bits(w[k]);
             }
         }
+        return 1.f;
     }
     __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
         uint32_t v[6], dq[1];
@@ -1158,9 +1160,31 @@ struct Fast<Q4_0> : Block18 {
     }
 };
 
+// IQ4_NL's and IQ4_XS's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the levels by
+// nibbles_u8 (128 + level) and one LOP3 per 4 values to s8 (no offset, so no x group sums): per word
+// 9 instructions (Q4_0: 3). Byte i of nibbles_u8's A word is nibble i of its 16 bits: the qs byte at
+// lane byte lb = 4 tig + j of the unit (the row read's placement) gives k 4 tig + 2 j + n (j = 0, 1;
+// n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3). The decode's post (2^62 in
+// kValueV1) on the chunk's x scale (kInt8TokensPost)
+template <int F>
+struct Iq4Int8Tokens {
+    static constexpr bool kInt8Tokens = true;
+    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    // the slot of value v (low nibble of qs byte v & 15, high for v >= 16) whose byte lands at lane byte lb
+    __host__ __device__ static constexpr int int8_tokens_slot_at(int lb, int v) {
+        const int j = lb & 3;
+        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
+        lo ^= 0x80808080u, hi ^= 0x80808080u;
+    }
+};
+
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
 template <int F>
-struct Iq4NlFast : Block18, Iq4Values<F> {
+struct Iq4NlFast : Block18, Iq4Values<F>, Iq4Int8Tokens<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x, with rings of 2 stages
     // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped) (all kValueV0). With
@@ -1182,22 +1206,10 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         iq4nl_u8(q, a);
         return F == kValueV1 ? d * (1.f / kTwo62) : d;
     }
-    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
-    // words as Block18::int8_tokens_row picks them, the levels by nibbles_u8 (128 + level) and one
-    // LOP3 per 4 values to s8 (no offset, so no x group sums): per word 9 instructions (Q4_0: 3).
-    // Byte i of nibbles_u8's A word is nibble i of its 16 bits: lane byte j's qs byte gives k 4 tig
-    // + 2 j + n (j = 0, 1; n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3).
-    // d over the decode's post (2^62 in kValueV1) on the chunk's x scale (kInt8TokensPost)
-    static constexpr bool kInt8Tokens = true;
-    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens): the lane's words as
+    // Block18::int8_tokens_row picks them, split as Iq4Int8Tokens says
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
-        const int lb = int8_tokens_lane_byte(u, v & 15), j = lb & 3;
-        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
-    }
-    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
-        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
-                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
-        lo ^= 0x80808080u, hi ^= 0x80808080u;
+        return Iq4Int8Tokens<F>::int8_tokens_slot_at(int8_tokens_lane_byte(u, v & 15), v);
     }
 };
 template <>
@@ -1295,7 +1307,7 @@ struct Fast<WithValues<MXFP4, F>> : Mxfp4Fast<F> {};
 // d:f16 | scales_h:u16 | scales_l[4] | qs[128]; 136-byte blocks, 8-byte aligned: the 8-byte head
 // and the sub-block's 16 nibble bytes
 template <int F>
-struct Iq4XsFast : Iq4Values<F> {
+struct Iq4XsFast : Iq4Values<F>, Iq4Int8Tokens<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x, with rings of 2 stages
     // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped) (all kValueV0). With
@@ -1332,6 +1344,36 @@ struct Iq4XsFast : Iq4Values<F> {
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         iq4nl_u8(q, a);
         return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
+    }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens): a chunk is one 136-byte block,
+    // 8-byte aligned wherever it starts (rows of whole blocks on a 16-byte-aligned bank), so any row
+    // of whole chunks. Unit u's qs are the aligned words 2 + 4 u .. 5 + 4 u of the chunk: lane tig
+    // reads word 2 + 4 u + tig by one LDS.32 (qs byte b of the unit at lane byte b; a warp's 32 reads
+    // of a unit fall in 32 banks: rows g at the stage's pitch of 9 x 16 bytes, 4 g banks apart),
+    // the head (d, scales_h, scales_l) by one LDS.64 (a broadcast per quad). The units' scales
+    // ls - 32 as exact floats, d the row's chunk factor (one multiply per chunk, not per unit).
+    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
+    __host__ __device__ static constexpr int int8_tokens_slot(int, int v) {
+        return Iq4Int8Tokens<F>::int8_tokens_slot_at(v & 15, v);
+    }
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+        const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+        const uint2 head = ld_shared_v2(s);  // d | scales_h << 16, scales_l
+#pragma unroll
+        for (int u = 0; u < 8; ++u) a[u] = ld_shared_u32(s + 8 + 16 * u + 4 * tig);
+        // the 6-bit ls of units 2 k (even) and 2 k + 1 (odd) in byte k: the low 4 bits are
+        // scales_l's nibbles; the high 2 are scales_h's bits 2 u, picked from t = its bytes
+        // (b0, b0, b1, b1), where unit 2 k's sit at bits 4 (k & 1) of byte k, unit 2 k + 1's 2 above
+        const uint32_t t = prmt(head.x, 0u, 0x3322u);
+        const uint32_t even = (head.y & 0x0F0F0F0Fu) | ((t << 4) & 0x00300030u) | (t & 0x30003000u);
+        const uint32_t odd = ((head.y >> 4) & 0x0F0F0F0Fu) | ((t << 2) & 0x00300030u) | ((t >> 2) & 0x30003000u);
+        // ls - 32 exactly: the float 2^23 + ls (ls as the low byte of 0x4B000000) less 2^23 + 32
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const uint32_t sel = 0x7650u | uint32_t(u >> 1);  // byte u / 2 of even / odd, then 0x4B0000's
+            d[u] = __uint_as_float(prmt(u & 1 ? odd : even, 0x4B000000u, sel)) - 8388640.f;
+        }
+        return half_bits(head.x);
     }
 };
 template <>
@@ -3066,9 +3108,10 @@ bool int8_for(const KernelParams& p, int phase) {
 }
 
 // Whether a phase at T = 2..8 takes T's int8 units of several tokens (kOptInt8Tokens: Fast<T>::kInt8Tokens,
-// Q4_0, IQ4_NL), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole chunks on
-// 16-byte boundaries), with x (act) quantized per token (pair) and chunk into the workspace first
-// (quantize_int8_tokens); the phase then decodes staged also where it would not (launch_typed).
+// Q4_0, IQ4_NL, IQ4_XS), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole
+// chunks, on 16-byte boundaries for the 144-byte ones), with x (act) quantized per token (pair) and
+// chunk into the workspace first (quantize_int8_tokens); the phase then decodes staged also where it
+// would not (launch_typed).
 // FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only, =0 never; unset where the
 // phase has many items (staged_for_items, kOptInt8's rule), as measured on the H200 (docs/BENCHMARKS.md
 // "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
@@ -3132,13 +3175,13 @@ struct StagedRows {
         return F::decode_int8(F::template load<M>(b, k), a);
     }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
-    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL), at T = 2..8 where
+    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL, IQ4_XS), at T = 2..8 where
     // int8_tokens_for<T> says for the phase (the ring read by 16-byte LDS whatever M says)
     static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
     static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) { return F::int8_tokens_slot(u, v); }
-    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
-        F::int8_tokens_row(row, tig, a, d);
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+        return F::int8_tokens_row(row, tig, a, d);
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { F::int8_tokens_split(w, lo, hi); }
     static bool int8_tokens(const KernelParams& p, int phase) { return int8_tokens_for<T>(p, phase); }
