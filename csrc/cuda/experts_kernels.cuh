@@ -1168,12 +1168,17 @@ FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
 //                                       4 tig .. 4 tig + 3 and 16 + 4 tig .. of its IMMA, still packed)
 //                                       and each unit's scale, the row's chunk factor f on all of them
 //                                       (1 where the units' scales hold it all; times whatever
-//                                       int8_tokens_split's integers leave out)
+//                                       int8_tokens_split's integers leave out). With
+//                                       kInt8TokensIntScales the scales are integers, int ls[8]
+//                                       (|ls| <= 32: the body sums the units' hi and lo planes
+//                                       times ls in int32, 8 IMAD per unit where float scales take
+//                                       4 IMAD, 4 I2F and 4 FFMA)
 //   int8_tokens_split(w, lo, hi)        the word as the two s8 A words (k 4 tig .., k 16 + 4 tig ..)
 //   int8_tokens_slot(u, v)              (host and device) where value v (0..31) of the chunk's unit
 //                                       u sits: 4 tig + j for the A word lo's byte j of lane tig, or
 //                                       16 + 4 tig + j for hi's (quantize_int8_tokens stores x so)
 FTW_OPTIONAL_MEMBER(Int8Tokens, kInt8Tokens, bool, false);
+FTW_OPTIONAL_MEMBER(Int8TokensIntScales, kInt8TokensIntScales, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -2612,8 +2617,14 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
                             const float s0 = __ldg(xs0 + c), s1 = __ldg(xs1 + c);
                             const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
+                            // the units' scales as floats, or as integers (kInt8TokensIntScales:
+                            // the hi and lo planes' sums times them in int32, |sum| <= 8 units x 32
+                            // x 127 x 127 x 32 < 2^31, each plane once per chunk to float)
+                            constexpr bool IS = Int8TokensIntScales<Dec>::value;
+                            using UnitScale = std::conditional_t<IS, int, float>;
                             uint32_t aw[2][8];
-                            float dv[2][8], rf[2];
+                            UnitScale dv[2][8];
+                            float rf[2];
                             // (chunks of a multiple of 16 bytes start on a 16-byte boundary: int8_tokens_rows)
                             const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
 #pragma unroll
@@ -2622,6 +2633,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                     sb + (g + 8 * h) * PI * 16 + (Dec::kChunkBytes % 16 == 0 ? 0u : (rlow[h] + cl) & 15u), tig,
                                     aw[h], dv[h]);
                             float cs[4] = {0.f, 0.f, 0.f, 0.f};
+                            int ih[4] = {0, 0, 0, 0}, il[4] = {0, 0, 0, 0};  // (IS)
 #pragma unroll
                             for (int u = 0; u < 8; ++u) {
                                 if (u == 4)
@@ -2634,8 +2646,16 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                 imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
                                 imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
 #pragma unroll
-                                for (int i = 0; i < 4; ++i) cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
+                                for (int i = 0; i < 4; ++i) {
+                                    if constexpr (IS)
+                                        ih[i] += sh[i] * dv[i >> 1][u], il[i] += sl[i] * dv[i >> 1][u];
+                                    else
+                                        cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
+                                }
                             }
+                            if constexpr (IS)
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) cs[i] = fmaf(254.f, float(ih[i]), float(il[i]));
                             acc[0][0] = fmaf(cs[0], s0 * rf[0], acc[0][0]);
                             acc[0][1] = fmaf(cs[1], s1 * rf[0], acc[0][1]);
                             acc[0][2] = fmaf(cs[2], s0 * rf[1], acc[0][2]);

@@ -1351,12 +1351,14 @@ struct Iq4XsFast : Iq4Values<F>, Iq4Int8Tokens<F> {
     // reads word 2 + 4 u + tig by one LDS.32 (qs byte b of the unit at lane byte b; a warp's 32 reads
     // of a unit fall in 32 banks: rows g at the stage's pitch of 9 x 16 bytes, 4 g banks apart),
     // the head (d, scales_h, scales_l) by one LDS.64 (a broadcast per quad). The units' scales
-    // ls - 32 as exact floats, d the row's chunk factor (one multiply per chunk, not per unit).
+    // ls - 32 as integers (kInt8TokensIntScales: the kernel multiplies the planes' int32 sums), d
+    // the row's chunk factor (one multiply per chunk, not per unit).
+    static constexpr bool kInt8TokensIntScales = true;
     static bool int8_tokens_rows(int in) { return in % 256 == 0; }
     __host__ __device__ static constexpr int int8_tokens_slot(int, int v) {
         return Iq4Int8Tokens<F>::int8_tokens_slot_at(v & 15, v);
     }
-    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], int (&ls)[8]) {
         const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
         const uint2 head = ld_shared_v2(s);  // d | scales_h << 16, scales_l
 #pragma unroll
@@ -1367,11 +1369,18 @@ struct Iq4XsFast : Iq4Values<F>, Iq4Int8Tokens<F> {
         const uint32_t t = prmt(head.x, 0u, 0x3322u);
         const uint32_t even = (head.y & 0x0F0F0F0Fu) | ((t << 4) & 0x00300030u) | (t & 0x30003000u);
         const uint32_t odd = ((head.y >> 4) & 0x0F0F0F0Fu) | ((t << 2) & 0x00300030u) | ((t >> 2) & 0x30003000u);
-        // ls - 32 exactly: the float 2^23 + ls (ls as the low byte of 0x4B000000) less 2^23 + 32
+        // ls - 32 as s8 bytes: x = ls ^ 32 is ls - 32 where ls >= 32, ls + 32 (bit 5 set) below,
+        // where x + 6 * 32 = ls - 32 + 256 (no carry out of a byte: x + 192 <= 255)
+        auto s8 = [](uint32_t v) {
+            const uint32_t x = v ^ 0x20202020u;
+            return x + (x & 0x20202020u) * 6u;
+        };
+        const uint32_t se = s8(even), so = s8(odd);
+        // byte u / 2 of se / so, sign-extended (prmt's sign mode: selector bit 3)
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-            const uint32_t sel = 0x7650u | uint32_t(u >> 1);  // byte u / 2 of even / odd, then 0x4B0000's
-            d[u] = __uint_as_float(prmt(u & 1 ? odd : even, 0x4B000000u, sel)) - 8388640.f;
+            const uint32_t k = uint32_t(u >> 1), x = k | 8u;
+            ls[u] = int(prmt(u & 1 ? so : se, 0u, k | x << 4 | x << 8 | x << 12));
         }
         return half_bits(head.x);
     }
@@ -3180,7 +3189,9 @@ struct StagedRows {
     static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
     static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) { return F::int8_tokens_slot(u, v); }
-    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+    static constexpr bool kInt8TokensIntScales = Int8TokensIntScales<F>::value;
+    template <class S>  // (float, or int with kInt8TokensIntScales)
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], S (&d)[8]) {
         return F::int8_tokens_row(row, tig, a, d);
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { F::int8_tokens_split(w, lo, hi); }
