@@ -2,7 +2,7 @@
 # helper T8X's device call (eleventh session): gguf IQ4_XS int8 units at T = 2..8 (kOptInt8Tokens,
 # FTW_GGUF_CUDA_INT8_T8), from scripts/run_t8.sh. Build trimmed to Q8_0 and IQ4_XS (the snapshot
 # only), the int8-tokens tests of IQ4_XS, the sanitizer on a few, the bench of the default (the switch
-# unset) against int8-t8-0 and int8-t8-1 (and each phase alone), then IQ4_XS's other tests.
+# unset) against int8-t8-0 and int8-t8-1, then IQ4_XS's other tests.
 # Run it in a snapshot (`git archive HEAD | tar -x` into .snap_t8x, carried with .whl), never in a
 # checkout: it trims the build in place.
 cd "$(dirname "$0")/.."
@@ -21,8 +21,8 @@ timeout 90 $P -n 14 -k "test_gguf_int8_tokens and IQ4_XS" > $OUT/tests_t8x.log 2
 grep -E "passed|failed" $OUT/tests_t8x.log | tail -2; grep -E "^FAILED|^E  " $OUT/tests_t8x.log | head -12
 grep -E "gguf cuda accuracy" $OUT/tests_t8x.log | sed -E 's/^.*gguf cuda accuracy //' | sort | head -40
 t0=$(date +%s)
-timeout 100 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same \
-  --formats gguf:IQ4_XS --variants int8-t8-0,int8-t8-1,int8-t8-gate_up,int8-t8-down --json $OUT/bench.json > $OUT/bench.log 2>&1
+timeout 90 python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same \
+  --formats gguf:IQ4_XS --variants int8-t8-0,int8-t8-1 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s) - t0 )) s"; grep -vE "^\s*$" $OUT/bench.log | tail -24
 t0=$(date +%s)
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels_gguf.py \
