@@ -1352,7 +1352,9 @@ struct Iq4XsFast : Iq4Values<F>, Iq4Int8Tokens<F> {
     // of a unit fall in 32 banks: rows g at the stage's pitch of 9 x 16 bytes, 4 g banks apart),
     // the head (d, scales_h, scales_l) by one LDS.64 (a broadcast per quad). The units' scales
     // ls - 32 as integers (kInt8TokensIntScales: the kernel multiplies the planes' int32 sums), d
-    // the row's chunk factor (one multiply per chunk, not per unit).
+    // the row's chunk factor (one multiply per chunk, not per unit). H200, T = 8 same experts
+    // (docs/BENCHMARKS.md "T8X"): deepseek-v3 124.3 -> 113.0 us (T = 8 / T = 1 1.44 -> 1.31), so by
+    // default in many-item phases as Q4_0's and IQ4_NL's; at the qwen3-30b-a3b size 23.3 -> 27.2.
     static constexpr bool kInt8TokensIntScales = true;
     static bool int8_tokens_rows(int in) { return in % 256 == 0; }
     __host__ __device__ static constexpr int int8_tokens_slot(int, int v) {
@@ -3124,8 +3126,8 @@ bool int8_for(const KernelParams& p, int phase) {
 // FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only, =0 never; unset where the
 // phase has many items (staged_for_items, kOptInt8's rule), as measured on the H200 (docs/BENCHMARKS.md
 // "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
-// deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8; qwen3-30b-a3b (few items) slower, Q4_0
-// 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7 (read at every launch)
+// deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8, IQ4_XS 124.3 -> 113.0 ("T8X"); qwen3-30b-a3b
+// (few items) slower, Q4_0 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7, IQ4_XS 23.3 -> 27.2 (read at every launch)
 FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
 template <class T>
 bool int8_tokens_for(const KernelParams& p, int phase) {
