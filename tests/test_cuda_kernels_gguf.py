@@ -643,13 +643,21 @@ def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
         if v != "down" or types[2] in INT8 + INT8_SUMS16 + INT8_GRIDS:
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
     if default is not None:
-        monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
-        gap = float((outs["0"] - outs["1"]).norm())
-        for items, want in default.items():
-            monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
-            near = float((run(opts, banks, x, ids, wts) - outs[want]).norm())
-            print(f"gguf cuda int8 default {'/'.join(types)} {size} items={items}: {near:.2e} from {want}, gap {gap:.2e}")
-            assert near < 0.1 * gap, f"{types} {size} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
+        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8", default, outs, lambda: run(opts, banks, x, ids, wts),
+                       f"{'/'.join(types)} {size}")
+
+
+def assert_default(monkeypatch, switch, default, outs, rerun, what):
+    """With the switch unset, at each FTW_GGUF_CUDA_STAGED_ITEMS of default ({items: the way, a value
+    of the switch, it is to take}), rerun()'s output is 10x nearer that way's in outs than the bf16
+    ("0") and int8 ("1") ways are to each other."""
+    monkeypatch.delenv(switch)
+    gap = float((outs["0"] - outs["1"]).norm())
+    for items, want in default.items():
+        monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
+        near = float((rerun() - outs[want]).norm())
+        print(f"gguf cuda {switch} default {what} items={items}: {near:.2e} from {want}, gap {gap:.2e}")
+        assert near < 0.1 * gap, f"{what} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
 
 
 @pytest.mark.parametrize("size", list(INT8_SIZES))
@@ -802,13 +810,9 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
         assert errs[v] <= 1.2 * errs["0"] + 1e-5, f"{name} {size} T={T} {route}: {v} {errs[v]:.3g} against bf16 {errs['0']:.3g}"
         if size != "partial":
             assert not torch.equal(outs["0"], outs[v]), f"{name} {size} T={T} {route}: the int8 tokens path ({v}) did not run"
-    if size != "partial":  # the default: as int8_pair's (10x nearer the way it should take than the ways are apart)
-        monkeypatch.delenv("FTW_GGUF_CUDA_INT8_T8")
-        gap = float((outs["0"] - outs["1"]).norm())
-        for items, want in (("0", "0" if name in INT8_T8_OFF else "1"), ("1000000000", "0")):
-            monkeypatch.setenv("FTW_GGUF_CUDA_STAGED_ITEMS", items)
-            near = float((run(opts, banks, x, ids, wts) - outs[want]).norm())
-            assert near < 0.1 * gap, f"{name} {size} T={T} {route} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
+    if size != "partial":
+        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", {"0": "0" if name in INT8_T8_OFF else "1", "1000000000": "0"},
+                       outs, lambda: run(opts, banks, x, ids, wts), f"{name} {size} T={T} {route}")
 
 
 @pytest.mark.parametrize("route", ["same", "random", "mixed"])
