@@ -1038,7 +1038,8 @@ struct Block18 : WholeBlock<18, 2> {
     // are 4 aligned words: lane tig takes word tig (qs bytes 4 tig ..). An even block's start 2 bytes
     // into a word: lane tig > 0 takes the aligned word of qs bytes 4 tig - 2 .., lane 0 qs bytes 0, 1
     // (the word of d) and 14, 15 (the word of the next block's d). int8_tokens_lane_byte(u, b): where
-    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read.
+    // qs byte b of block u lands, 4 tig + j (byte j of lane tig's word). The d's lie in words read
+    // (each unit's whole scale: the row's chunk factor 1).
     // rows of `in` values whose chunks all lie whole on 16-byte boundaries (a 16-byte-aligned bank)
     static bool int8_tokens_rows(int in) { return in % 256 == 0; }
     __host__ __device__ static constexpr int int8_tokens_lane_byte(int u, int b) {
@@ -1046,7 +1047,7 @@ struct Block18 : WholeBlock<18, 2> {
         const int j = (u & 1) ? b & 3 : b < 2 ? b : b >= 14 ? b - 12 : (b + 2) & 3;
         return 4 * t + j;
     }
-    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
         const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
         uint32_t w[36];
 #pragma unroll
@@ -1074,6 +1075,7 @@ struct Block18 : WholeBlock<18, 2> {
                 d[u] = half_bits(w[k]);
             }
         }
+        return 1.f;
     }
     __device__ static float split(const Raw& raw, uint32_t (&q)[4]) {
         uint32_t v[6], dq[1];
@@ -1158,9 +1160,31 @@ struct Fast<Q4_0> : Block18 {
     }
 };
 
+// IQ4_NL's and IQ4_XS's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the levels by
+// nibbles_u8 (128 + level) and one LOP3 per 4 values to s8 (no offset, so no x group sums): per word
+// 9 instructions (Q4_0: 3). Byte i of nibbles_u8's A word is nibble i of its 16 bits: the qs byte at
+// lane byte lb = 4 tig + j of the unit (the row read's placement) gives k 4 tig + 2 j + n (j = 0, 1;
+// n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3). The decode's post (2^62 in
+// kValueV1) on the chunk's x scale (kInt8TokensPost)
+template <int F>
+struct Iq4Int8Tokens {
+    static constexpr bool kInt8Tokens = true;
+    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    // the slot of value v (low nibble of qs byte v & 15, high for v >= 16) whose byte lands at lane byte lb
+    __host__ __device__ static constexpr int int8_tokens_slot_at(int lb, int v) {
+        const int j = lb & 3;
+        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
+    }
+    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
+        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
+                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
+        lo ^= 0x80808080u, hi ^= 0x80808080u;
+    }
+};
+
 // value = d * kvalues_iq4nl[q], made the form F way (ValueForm)
 template <int F>
-struct Iq4NlFast : Block18, Iq4Values<F> {
+struct Iq4NlFast : Block18, Iq4Values<F>, Iq4Int8Tokens<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.36x of the ceiling; staged 0.26x, with rings of 2 stages
     // (kShortRing) 0.33x; on float32 sums of its blocks 0.31x (dropped) (all kValueV0). With
@@ -1182,22 +1206,10 @@ struct Iq4NlFast : Block18, Iq4Values<F> {
         iq4nl_u8(q, a);
         return F == kValueV1 ? d * (1.f / kTwo62) : d;
     }
-    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the lane's
-    // words as Block18::int8_tokens_row picks them, the levels by nibbles_u8 (128 + level) and one
-    // LOP3 per 4 values to s8 (no offset, so no x group sums): per word 9 instructions (Q4_0: 3).
-    // Byte i of nibbles_u8's A word is nibble i of its 16 bits: lane byte j's qs byte gives k 4 tig
-    // + 2 j + n (j = 0, 1; n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3).
-    // d over the decode's post (2^62 in kValueV1) on the chunk's x scale (kInt8TokensPost)
-    static constexpr bool kInt8Tokens = true;
-    static constexpr float kInt8TokensPost = F == kValueV1 ? 1.f / kTwo62 : 1.f;
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens): the lane's words as
+    // Block18::int8_tokens_row picks them, split as Iq4Int8Tokens says
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) {
-        const int lb = int8_tokens_lane_byte(u, v & 15), j = lb & 3;
-        return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
-    }
-    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
-        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
-                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
-        lo ^= 0x80808080u, hi ^= 0x80808080u;
+        return Iq4Int8Tokens<F>::int8_tokens_slot_at(int8_tokens_lane_byte(u, v & 15), v);
     }
 };
 template <>
@@ -1295,7 +1307,7 @@ struct Fast<WithValues<MXFP4, F>> : Mxfp4Fast<F> {};
 // d:f16 | scales_h:u16 | scales_l[4] | qs[128]; 136-byte blocks, 8-byte aligned: the 8-byte head
 // and the sub-block's 16 nibble bytes
 template <int F>
-struct Iq4XsFast : Iq4Values<F> {
+struct Iq4XsFast : Iq4Values<F>, Iq4Int8Tokens<F> {
     static constexpr bool kHas = true;
     // register-fed: H200, T=1, 0.35x of the ceiling; staged 0.28x, with rings of 2 stages
     // (kShortRing) 0.32x; on float32 sums of its sub-blocks 0.28x (dropped) (all kValueV0). With
@@ -1332,6 +1344,47 @@ struct Iq4XsFast : Iq4Values<F> {
         const uint32_t q[4] = {raw.q0.x, raw.q0.y, raw.q1.x, raw.q1.y};
         iq4nl_u8(q, a);
         return F == kValueV1 ? dl * (1.f / kTwo62) : dl;
+    }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens): a chunk is one 136-byte block,
+    // 8-byte aligned wherever it starts (rows of whole blocks on a 16-byte-aligned bank), so any row
+    // of whole chunks. Unit u's qs are the aligned words 2 + 4 u .. 5 + 4 u of the chunk: lane tig
+    // reads word 2 + 4 u + tig by one LDS.32 (qs byte b of the unit at lane byte b; a warp's 32 reads
+    // of a unit fall in 32 banks: rows g at the stage's pitch of 9 x 16 bytes, 4 g banks apart),
+    // the head (d, scales_h, scales_l) by one LDS.64 (a broadcast per quad). The units' scales
+    // ls - 32 as integers (kInt8TokensIntScales: the kernel multiplies the planes' int32 sums), d
+    // the row's chunk factor (one multiply per chunk, not per unit). H200, T = 8 same experts
+    // (docs/BENCHMARKS.md "T8X"): deepseek-v3 124.3 -> 113.0 us (T = 8 / T = 1 1.44 -> 1.31), so by
+    // default in many-item phases as Q4_0's and IQ4_NL's; at the qwen3-30b-a3b size 23.3 -> 27.2.
+    static constexpr bool kInt8TokensIntScales = true;
+    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
+    __host__ __device__ static constexpr int int8_tokens_slot(int, int v) {
+        return Iq4Int8Tokens<F>::int8_tokens_slot_at(v & 15, v);
+    }
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], int (&ls)[8]) {
+        const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+        const uint2 head = ld_shared_v2(s);  // d | scales_h << 16, scales_l
+#pragma unroll
+        for (int u = 0; u < 8; ++u) a[u] = ld_shared_u32(s + 8 + 16 * u + 4 * tig);
+        // the 6-bit ls of units 2 k (even) and 2 k + 1 (odd) in byte k: the low 4 bits are
+        // scales_l's nibbles; the high 2 are scales_h's bits 2 u, picked from t = its bytes
+        // (b0, b0, b1, b1), where unit 2 k's sit at bits 4 (k & 1) of byte k, unit 2 k + 1's 2 above
+        const uint32_t t = prmt(head.x, 0u, 0x3322u);
+        const uint32_t even = (head.y & 0x0F0F0F0Fu) | ((t << 4) & 0x00300030u) | (t & 0x30003000u);
+        const uint32_t odd = ((head.y >> 4) & 0x0F0F0F0Fu) | ((t << 2) & 0x00300030u) | ((t >> 2) & 0x30003000u);
+        // ls - 32 as s8 bytes: x = ls ^ 32 is ls - 32 where ls >= 32, ls + 32 (bit 5 set) below,
+        // where x + 6 * 32 = ls - 32 + 256 (no carry out of a byte: x + 192 <= 255)
+        auto s8 = [](uint32_t v) {
+            const uint32_t x = v ^ 0x20202020u;
+            return x + (x & 0x20202020u) * 6u;
+        };
+        const uint32_t se = s8(even), so = s8(odd);
+        // byte u / 2 of se / so, sign-extended (prmt's sign mode: selector bit 3)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const uint32_t k = uint32_t(u >> 1), x = k | 8u;
+            ls[u] = int(prmt(u & 1 ? so : se, 0u, k | x << 4 | x << 8 | x << 12));
+        }
+        return half_bits(head.x);
     }
 };
 template <>
@@ -1996,6 +2049,50 @@ struct Q2KFast {
                 a[1][i] = (v & 0x0C0C0C0Cu) * k1;
             }
         }
+    }
+    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens with kInt8TokensMins, in
+    // Int8TokenRows: its own rows, so Q2_K's other staged decoders make no such kernel). Off by
+    // default (kInt8TokensDefault): built, NOT run on a GPU (docs/BENCHMARKS.md "T8X");
+    // FTW_GGUF_CUDA_INT8_T8=1 | gate_up | down runs it. A chunk is one 84-byte block, 4-byte aligned
+    // wherever it starts. Unit u = 4 h + s (values 128 h + 32 s + l: bits 2 s of qs[32 h + l]) as
+    // s8 sc q (<= 45) with the sub-block's scale in the integers: lane tig's A words are
+    // ((q >> 2 s) & 0x03030303) * sc of qs words 4 tig + 16 (2 h) (l = 4 tig .., sub-block 2 u) and
+    // + 16 (l = 16 + 4 tig .., sub-block 2 u + 1), so x's slots are the values' own (slot v = v),
+    // and the IMMA sums the whole chunk in its accumulators; the mins by a second chain (A = the
+    // sub-block's m in every byte); d and dmin once per chunk. Per row: 9 LDS.32 (4 scale words and
+    // d | dmin: broadcasts per quad; 4 qs words).
+    static constexpr bool kInt8Tokens = true, kInt8TokensOwnRows = true, kInt8TokensMins = true;
+    static constexpr bool kInt8TokensDefault = false;
+    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
+    __host__ __device__ static constexpr int int8_tokens_slot(int, int v) { return v; }
+    struct Int8TokensRow {
+        uint32_t q[4];   // qs words of half 0 (l = 4 tig .., 16 + 4 tig ..), then half 1
+        uint32_t sc[4];  // the scale words' low nibbles (sc of sub-block j in byte j % 4 of word j / 4)
+        uint32_t mn[4];  // and high nibbles (m)
+        float d, dmin;
+    };
+    __device__ static Int8TokensRow int8_tokens_row_mins(const uint8_t* row, int tig) {
+        const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+        Int8TokensRow r;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t w = ld_shared_u32(a + 4 * i);
+            r.sc[i] = w & 0x0F0F0F0Fu, r.mn[i] = (w >> 4) & 0x0F0F0F0Fu;
+            r.q[i] = ld_shared_u32(a + 16 + 16 * i + 4 * tig);
+        }
+        const uint32_t dd = ld_shared_u32(a + 80);
+        r.d = half_bits(dd), r.dmin = half_bits(dd >> 16);
+        return r;
+    }
+    // unit u's A words: values (lo: k 4 tig .., hi: k 16 + 4 tig ..) and mins
+    __device__ static void int8_tokens_unit(const Int8TokensRow& r, int u, uint32_t& lo, uint32_t& hi, uint32_t& mlo,
+                                            uint32_t& mhi) {
+        const int h = u >> 2, s = u & 3;
+        const uint32_t b0 = 2u * uint32_t(u & 1), b1 = b0 + 1;  // sub-blocks 2 u, 2 u + 1: bytes of word u / 2
+        const uint32_t w = r.sc[u >> 1], m = r.mn[u >> 1];
+        lo = ((r.q[2 * h] >> (2 * s)) & 0x03030303u) * prmt(w, 0u, 0x4440u | b0);
+        hi = ((r.q[2 * h + 1] >> (2 * s)) & 0x03030303u) * prmt(w, 0u, 0x4440u | b1);
+        mlo = prmt(m, 0u, 0x1111u * b0), mhi = prmt(m, 0u, 0x1111u * b1);
     }
 };
 template <>
@@ -3066,15 +3163,19 @@ bool int8_for(const KernelParams& p, int phase) {
 }
 
 // Whether a phase at T = 2..8 takes T's int8 units of several tokens (kOptInt8Tokens: Fast<T>::kInt8Tokens,
-// Q4_0, IQ4_NL), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole chunks on
-// 16-byte boundaries), with x (act) quantized per token (pair) and chunk into the workspace first
-// (quantize_int8_tokens); the phase then decodes staged also where it would not (launch_typed).
+// Q4_0, IQ4_NL, IQ4_XS), only on rows the kernel's one body takes (Fast<T>::int8_tokens_rows: whole
+// chunks, on 16-byte boundaries for the 144-byte ones), with x (act) quantized per token (pair) and
+// chunk into the workspace first (quantize_int8_tokens); the phase then decodes staged also where it
+// would not (launch_typed).
 // FTW_GGUF_CUDA_INT8_T8=1 in both phases, =gate_up / =down in that phase only, =0 never; unset where the
 // phase has many items (staged_for_items, kOptInt8's rule), as measured on the H200 (docs/BENCHMARKS.md
 // "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
-// deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8; qwen3-30b-a3b (few items) slower, Q4_0
-// 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7 (read at every launch)
+// deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8, IQ4_XS 124.3 -> 113.0 ("T8X"); qwen3-30b-a3b
+// (few items) slower, Q4_0 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7, IQ4_XS 23.3 -> 27.2 (read at every launch)
+// (Fast<T>::kInt8TokensDefault false: never with the switch unset; Q2_K, not measured)
 FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
+FTW_OPTIONAL_MEMBER(Int8TokensDefault, kInt8TokensDefault, bool, true);
+FTW_OPTIONAL_MEMBER(Int8TokensOwnRows, kInt8TokensOwnRows, bool, false);
 template <class T>
 bool int8_tokens_for(const KernelParams& p, int phase) {
     if constexpr (!Int8Tokens<Fast<T>>::value) {
@@ -3082,7 +3183,7 @@ bool int8_tokens_for(const KernelParams& p, int phase) {
     } else {
         if (p.T < 2 || p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr) return false;
         if (!Fast<T>::int8_tokens_rows(phase == 0 ? p.H : p.I)) return false;  // (the kernel's one body)
-        if (*env_or("FTW_GGUF_CUDA_INT8_T8", "") == 0) return staged_for_items(p, phase);
+        if (*env_or("FTW_GGUF_CUDA_INT8_T8", "") == 0) return Int8TokensDefault<Fast<T>>::value && staged_for_items(p, phase);
         return env_is("FTW_GGUF_CUDA_INT8_T8", "1") || env_is("FTW_GGUF_CUDA_INT8_T8", phase == 0 ? "gate_up" : "down");
     }
 }
@@ -3132,13 +3233,16 @@ struct StagedRows {
         return F::decode_int8(F::template load<M>(b, k), a);
     }
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
-    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL), at T = 2..8 where
+    // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL, IQ4_XS), at T = 2..8 where
     // int8_tokens_for<T> says for the phase (the ring read by 16-byte LDS whatever M says)
-    static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
+    // (a type with rows of its own for them, kInt8TokensOwnRows: Q2_K, only in Int8TokenRows)
+    static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value && !Int8TokensOwnRows<F>::value;
     static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) { return F::int8_tokens_slot(u, v); }
-    __device__ static void int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], float (&d)[8]) {
-        F::int8_tokens_row(row, tig, a, d);
+    static constexpr bool kInt8TokensIntScales = Int8TokensIntScales<F>::value;
+    template <class S>  // (float, or int with kInt8TokensIntScales)
+    __device__ static float int8_tokens_row(const uint8_t* row, int tig, uint32_t (&a)[8], S (&d)[8]) {
+        return F::int8_tokens_row(row, tig, a, d);
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { F::int8_tokens_split(w, lo, hi); }
     static bool int8_tokens(const KernelParams& p, int phase) { return int8_tokens_for<T>(p, phase); }
@@ -3165,6 +3269,26 @@ struct Int8TableRows : Dec {
     static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
     static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true;
     __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
+};
+
+// A phase at T = 2..8 on int8 units of several tokens from rows of their own (Fast<T>::
+// kInt8TokensOwnRows: Q2_K, whose other staged decoders, on sub-block sums, would each make such a
+// kernel): launched only where int8_tokens_for says, so launch_decode makes this kernel alone
+// (kInt8TokensOnly), with the interface kInt8TokensMins names
+template <class T, class Dec>
+struct Int8TokenRows : Dec {
+    using F = Fast<T>;
+    static_assert(Int8TokensOwnRows<F>::value && Int8TokensMins<F>::value, "int8 units of several tokens, own rows");
+    static constexpr bool kInt8Tokens = true, kInt8TokensOnly = true, kInt8TokensMins = true;
+    static constexpr bool kShortRing = true;  // (a ring of 2 stages, as the other int8 kernels')
+    using Int8TokensRow = typename F::Int8TokensRow;
+    __device__ static Int8TokensRow int8_tokens_row_mins(const uint8_t* row, int tig) {
+        return F::int8_tokens_row_mins(row, tig);
+    }
+    __device__ static void int8_tokens_unit(const Int8TokensRow& r, int u, uint32_t& lo, uint32_t& hi, uint32_t& mlo,
+                                            uint32_t& mhi) {
+        F::int8_tokens_unit(r, u, lo, hi, mlo, mhi);
+    }
 };
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's
