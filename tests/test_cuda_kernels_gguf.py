@@ -751,6 +751,72 @@ def test_gguf_int8_units_back_to_back(name, pdl0, graph, monkeypatch):
     assert max(errs) < REL_TOL, errs
 
 
+# T = 1, act in integers by phase 0 itself (KernelParams::actq_fused; FTW_GGUF_CUDA_ACTQ_FUSED=1):
+# each group of 32 act values quantized by the block whose write completes it, and no
+# quantize_int8 launch between the phases. Both phases int8 (FTW_GGUF_CUDA_INT8=1), on the same data
+# fused (=1) and as main (=0): both within the tolerance of the float64 reference and as accurate
+# as each other (the same act in the same integers; only the K pairs' atomic adds into out differ in
+# order), and =swap (phase 0 writes the other order of a group's bytes: a test value) far off, which
+# shows that down read what phase 0 wrote (had quantize_int8<.., 1> run, =swap would be as =1).
+# One phase int8 (FTW_GGUF_CUDA_INT8=gate_up: down reads bf16 act, nothing fused; =down: no int8
+# kernel in phase 0, so down quantizes act itself) stays within the tolerance too.
+ACTQ = ["Q4_0", "IQ4_NL", "IQ4_XS", "Q2_K"]
+
+
+def actq_case(types, size, seed, monkeypatch, swap=True, int8="1"):
+    H, I, E, K = INT8_SIZES[size]  # noqa: E741
+    rng = np.random.default_rng(seed)
+    opts, banks = gguf_layer(types, H, I, E, rng)
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ref = reference(opts, banks, H, I, x64, ids, wts)
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", int8)
+    errs = {}
+    for v in ("0", "1") + (("swap",) if swap else ()):
+        monkeypatch.setenv("FTW_GGUF_CUDA_ACTQ_FUSED", v)
+        errs[v] = rel_err(run(opts, banks, x, ids, wts), ref)
+    print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1 int8={int8} act quantized by phase 0: {errs['1']:.2e}, "
+          f"after it {errs['0']:.2e}" + (f", swapped {errs['swap']:.2e}" if swap else ""))
+    assert errs["1"] < REL_TOL and errs["0"] < REL_TOL, errs
+    assert errs["1"] <= 1.05 * errs["0"] + 1e-6, errs
+    if swap:
+        assert errs["swap"] > 10 * errs["1"], f"{types} {size}: down did not read phase 0's act integers ({errs})"
+
+
+@pytest.mark.parametrize("size", ["small", "partial", "chunks", "xs"])
+@pytest.mark.parametrize("name", ACTQ)
+def test_gguf_int8_actq_fused(name, size, monkeypatch):
+    if (name in ("IQ4_XS", "Q2_K")) == (size == "partial"):
+        pytest.skip("IQ4_XS and Q2_K rows are whole 256-value blocks; partial is for the 32-value types")
+    if name == "IQ4_XS" and size == "small":
+        pytest.skip("IQ4_XS: xs and chunks")
+    # (Q2_K: the plain order; swapped, its lanes read the interleaved one)
+    actq_case((name, name, name), size, [71, ACTQ.index(name), list(INT8_SIZES).index(size)], monkeypatch)
+
+
+@pytest.mark.parametrize("way", ["gate_up", "down"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q2_K"])
+def test_gguf_int8_actq_fused_one_phase(name, way, monkeypatch):
+    actq_case((name, name, name), "xs", [73, ACTQ.index(name), int(way == "down")], monkeypatch, swap=False, int8=way)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("pdl0", ["1", "0"])
+@pytest.mark.parametrize("name", ["Q4_0", "IQ4_XS", "Q2_K"])
+def test_gguf_int8_actq_fused_back_to_back(name, pdl0, graph, monkeypatch):
+    """As test_gguf_int8_units_back_to_back with act quantized by phase 0 (its per-group counters in
+    the workspace start from garbage, torch.empty, and are zeroed each step by quantize_int8<.., 0>)."""
+    monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "1")
+    monkeypatch.setenv("FTW_GGUF_CUDA_ACTQ_FUSED", "1")
+    monkeypatch.setenv("FTW_CUDA_PDL0", pdl0)
+    H, I, E, K = INT8_SIZES["partial" if name == "Q4_0" else "xs"]  # noqa: E741
+    rng = np.random.default_rng([79, ACTQ.index(name), int(pdl0), int(graph)])
+    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
+    errs = back_to_back_errs(opts, banks, 1, H, I, E, K, rng, graph)
+    print(f"gguf cuda accuracy {name} act quantized by phase 0 back to back pdl0={pdl0} graph={graph}: {max(errs):.2e}")
+    assert max(errs) < REL_TOL, errs
+
+
 @pytest.mark.parametrize("scales", list(FAR_SCALES))
 @pytest.mark.parametrize("name", ["IQ4_XS", "MXFP4"])
 def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
