@@ -152,11 +152,6 @@ VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gat
 # (=0; unset: in phases of many items, Q2_K never)
 VARIANTS.update({f"int8-t8-{v}": {"FTW_GGUF_CUDA_INT8_T8": v} for v in ("0", "1", "gate_up", "down")})
 VARIANTS["int8-copies-1"] = {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_GRID_COPIES": "1"}
-# gguf at T = 1: act in integers for down's int8 units by phase 0 itself (FTW_GGUF_CUDA_ACTQ_FUSED=1)
-# or by quantize_int8 after phase 0 (=0, main's way); with the int8 units where the defaults say, or
-# forced in both phases (int8-1-actq-*: the qwen3-30b-a3b size, whose phases take none by default)
-VARIANTS.update({f"actq-fused-{v}": {"FTW_GGUF_CUDA_ACTQ_FUSED": v} for v in ("0", "1")})
-VARIANTS.update({f"int8-1-actq-{v}": {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_ACTQ_FUSED": v} for v in ("0", "1")})
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode

@@ -28,11 +28,10 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 // | at T <= 8 (decode): xq, the tokens' x in integers for phase 0's int8 units (KernelParams::xq: at
 // T = 1 H / 32 groups of 64 bytes and a float2 each; at T = 2..8 T H / 32 groups of 64 bytes and a
 // float per token and chunk of 256 values, kOptInt8Tokens) | actq, act so for phase 1's (T K I / 32
-// groups) | actq_count, a counter per act group (T K I / 32 ints; KernelParams::actq_count). Every
-// decode layer has the room (a few KB per token), so that no workspace silently runs without the
-// int8 units.
+// groups). Every decode layer has the room (a few KB per token), so that no workspace silently runs
+// without the int8 units.
 struct Layout {
-    int64_t pairs_off, tiles_off, act_off, xq_off, actq_off, actq_count_off, total;
+    int64_t pairs_off, tiles_off, act_off, xq_off, actq_off, total;
 };
 
 Layout layout(int T, int K, int I, int E, int H) {
@@ -44,8 +43,7 @@ Layout layout(int T, int K, int I, int E, int H) {
     l.xq_off = l.act_off + align256(P * I * 2);
     const bool q = T <= 8;
     l.actq_off = l.xq_off + (q ? align256(int64_t(T) * H / 32 * 72) : 0);
-    l.actq_count_off = l.actq_off + (q ? align256(P * I / 32 * 72) : 0);
-    l.total = l.actq_count_off + (q ? align256(P * I / 32 * 4) : 0);
+    l.total = l.actq_off + (q ? align256(P * I / 32 * 72) : 0);
     return l;
 }
 
@@ -271,7 +269,6 @@ void experts_forward(const std::string& format, const PoolLayerView& view, const
     // the int8 x and act (T <= 8; null otherwise: no kernel reads them then)
     kp.xq = p.T <= 8 ? ws + l.xq_off : nullptr;
     kp.actq = p.T <= 8 ? ws + l.actq_off : nullptr;
-    kp.actq_count = p.T <= 8 ? reinterpret_cast<int32_t*>(ws + l.actq_count_off) : nullptr;
 
     if (act.kind != ActKind::Silu && act.kind != ActKind::SwigluOai)
         throw UnsupportedError(where + "unknown activation kind " + std::to_string(int(act.kind)));

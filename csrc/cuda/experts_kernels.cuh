@@ -67,13 +67,6 @@ struct KernelParams {
     // groups (pair k's group u at k * I / 32 + u) as xq's, then their float2. T = 2..8: the T K
     // pairs' act for kOptInt8Tokens as xq's. Null where T > 8
     uint8_t* actq;
-    // T = 1, act quantized by phase 0 itself (FTW_GGUF_CUDA_ACTQ_FUSED): 0 no (quantize_int8<.., 1>
-    // after phase 0 where phase 1 takes int8 units), 1 in the plain order, 2 in kInt8Interleaved's.
-    // Read only by phase 0's int8 kernels (kOptInt8, kOptInt8Sums) and quantize_int8<.., 0>
-    int actq_fused;
-    // [K * I / 32]: act values of pair k's group u written so far in this step (at k * I / 32 + u),
-    // zeroed by quantize_int8<.., 0> where actq_fused is set. Null where T > 8
-    int32_t* actq_count;
 };
 
 constexpr float kTwo62 = 4.611686018427387904e18f;  // 2^62: scaled decoders emit w * 2^-62
@@ -1874,10 +1867,13 @@ __device__ __forceinline__ void int8_hi_lo(float t, int& hi, int& lo) {
 // the kernel before it (FTW_CUDA_PDL0=1: the previous step) before phase 0 may start (phase 0 clears
 // out before it waits); PH 1 lets phase 1 start at once and waits for phase 0 (act). A non-finite x
 // gives no finite output.
-// One 32-value group in integers, a warp (lane v holds value v, x): the body of quantize_int8, also
-// run by phase 0 on the act groups it completes (actq_fused). Group gi of ngroups into xq.
-template <bool Interleaved>
-__device__ __forceinline__ void quantize_int8_group(float x, int v, uint8_t* xq, int gi, int ngroups) {
+template <bool Interleaved, int PH>
+__global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
+    quantize_int8_start<PH>();
+    const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
+    const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
+    if (gi >= ngroups) return;
+    const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
     const float m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(x))));
     const float t = m > 0.f ? x * (127.f / m) : 0.f;
     int hi, lo;
@@ -1886,64 +1882,11 @@ __device__ __forceinline__ void quantize_int8_group(float x, int v, uint8_t* xq,
     // Interleaved: value v = 16 n + 4 s + r (n: the nibble, s: the word, r: the byte in it) at byte
     // 16 (r / 2) + 4 s + 2 (r % 2) + n
     const int pos = Interleaved ? 16 * ((v >> 1) & 1) + 4 * ((v >> 2) & 3) + 2 * (v & 1) + (v >> 4) : v;
+    uint8_t* const xq = PH == 0 ? p.xq : p.actq;
     uint8_t* q = xq + int64_t(gi) * 64;
     q[pos] = uint8_t(int8_t(hi));
     q[32 + pos] = uint8_t(int8_t(lo));
     if (v == 0) reinterpret_cast<float2*>(xq + int64_t(ngroups) * 64)[gi] = make_float2(m / 127.f / 254.f, __int_as_float(sum));
-}
-
-template <bool Interleaved, int PH>
-__global__ void __launch_bounds__(128) quantize_int8(const KernelParams p) {
-    quantize_int8_start<PH>();
-    if (PH == 0 && p.actq_fused != 0) {
-        // phase 0 counts its act writes per group from 0 (this kernel is complete before phase 0
-        // counts; the previous step's phase 0 was complete before this kernel started)
-        const int n = p.K * (p.I / 32);
-        for (int i = int(blockIdx.x) * 128 + int(threadIdx.x); i < n; i += int(gridDim.x) * 128) p.actq_count[i] = 0;
-    }
-    const int ngroups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
-    const int gi = int(blockIdx.x) * 4 + int(threadIdx.x >> 5), v = threadIdx.x & 31;
-    if (gi >= ngroups) return;
-    const float x = __bfloat162float((PH == 0 ? p.x : p.act)[int64_t(gi) * 32 + v]);
-    quantize_int8_group<Interleaved>(x, v, PH == 0 ? p.xq : p.actq, gi, ngroups);
-}
-
-// Phase 0's act in integers as it is written (KernelParams::actq_fused, T = 1), so that phase 1
-// depends on phase 0 alone, not also on a quantize_int8<.., 1> launched after it: a warp that has
-// stored act values (key: each store's group, pair k's group u as k * I / 32 + u, -1 for none)
-// counts them into the group's counter (after a fence: the stores first); the warp whose add
-// completes a group's 32 quantizes it as quantize_int8 does (same planes, order and float2), reading
-// act written by other blocks through L2 (ld.global.cg) after a fence. The counters start each
-// step at 0 (quantize_int8<.., 0>).
-template <int N>
-__device__ __forceinline__ void count_act_and_quantize(const KernelParams& p, const int (&key)[N], int lane) {
-    __threadfence();  // release: this warp's act stores before its counts (every lane's, so
-    __syncwarp();     // the leader's add follows the other lanes' fences)
-    const int ngroups = p.K * (p.I / 32);
-    int done[N];
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        const unsigned same = __match_any_sync(0xffffffffu, key[i]);
-        done[i] = -1;
-        if (key[i] >= 0 && __ffs(same) - 1 == lane) {
-            const int n = __popc(same);
-            if (atomicAdd(p.actq_count + key[i], n) + n == 32) done[i] = key[i];
-        }
-    }
-    __threadfence();  // acquire: the counted stores of every block before the reads below
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        for (unsigned m = __ballot_sync(0xffffffffu, done[i] >= 0); m != 0; m &= m - 1) {
-            const int gi = __shfl_sync(0xffffffffu, done[i], __ffs(m) - 1);
-            const unsigned short* a = reinterpret_cast<const unsigned short*>(p.act) + int64_t(gi) * 32 + lane;
-            const float x = __uint_as_float(uint32_t(__ldcg(a)) << 16);
-            if (p.actq_fused == 2)
-                quantize_int8_group<true>(x, lane, p.actq, gi, ngroups);
-            else
-                quantize_int8_group<false>(x, lane, p.actq, gi, ngroups);
-        }
-    }
 }
 
 // kOptInt8Tokens: every token's x (PH 0: p.T rows of p.x into p.xq) or every pair's act (PH 1: the
@@ -2846,22 +2789,6 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                     }
                 }
             }
-            // T = 1, act quantized here (actq_fused): phase 1 then waits for this kernel alone
-            if constexpr (PH == 0 && (I8 || (I8S && Int8SumsDown<Dec>::value))) {  // (as launch_quantize_int8's caller says)
-                if (p.actq_fused != 0) {
-                    int key[2 * TR];  // the act group of each of this lane's stores (-1: none)
-#pragma unroll
-                    for (int tt = 0; tt < TR; ++tt)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int q = 2 * tig + e, j = (band * TR + tt) * 8 + g;
-                            int col = j;
-                            if constexpr (AP) col = Dec::act_pos(j);
-                            key[2 * tt + e] = q < count && j < p.I ? rt.pairs[dx][q] * (p.I / 32) + col / 32 : -1;
-                        }
-                    count_act_and_quantize(p, key, lane);
-                }
-            }
         }
     }
     cp_async_wait<0>();
@@ -3505,14 +3432,6 @@ bool staged_lanes16(const KernelParams& p) {
     return Lanes16Default<Dec>::value && p.T == 1;
 }
 
-// Host: whether this step's phase 0 took an int8 kernel with p.actq_fused set, so quantized act
-// itself (set by launch_quantize_int8<.., 0>, cleared by the launch before each step's phase 0;
-// the gguf launch, csrc/formats/gguf/launch.cu)
-inline bool& act_quantized_by_phase0() {
-    static thread_local bool v = false;
-    return v;
-}
-
 // The byte-stream staged kernel of `stages` stages (2, 3, or 4 for the decoders on float32 sums;
 // false: none taken): kOptOneColumn where staged_one_column says, at 2 stages; kOptInt8 where the
 // decoder's int8 says for the phase, at 2 stages, after quantize_int8; kOptByteCols where the
@@ -3520,18 +3439,10 @@ inline bool& act_quantized_by_phase0() {
 // kOptInt8Sums (Q4_K, Q5_K) where the decoder's int8 says, at 2 stages, after quantize_int8
 // (rings of 3 or 4 stages measured slower: deepseek-v3 T = 1 up to 4% and 3-6%; docs/BENCHMARKS.md
 // "I8K", commit 2043bc8 has the switch).
-
 // x (phase 0) or act (phase 1) in integers for the int8 bodies (kOptInt8, kOptInt8Sums), launched
-// just before the phase, which is its programmatic dependent (phase0_quantizes_act: the phase 0
-// kernel launched after it quantizes act where p.actq_fused asks: kOptInt8's, and kOptInt8Sums'
-// where the decoder's down takes int8 units too)
+// just before the phase, which is its programmatic dependent
 template <bool Interleaved, int PH>
-void launch_quantize_int8(const KernelParams& p, cudaStream_t stream, bool phase0_quantizes_act = true) {
-    if (PH == 0) act_quantized_by_phase0() = phase0_quantizes_act && p.actq_fused != 0;
-    // phase 1's act already in integers, in this order, by phase 0 (FTW_GGUF_CUDA_ACTQ_FUSED=swap, a
-    // test: phase 0 wrote the other order, which phase 1 is then to read)
-    if (PH == 1 && act_quantized_by_phase0() && (p.actq_fused == 1 + int(Interleaved) || env_is("FTW_GGUF_CUDA_ACTQ_FUSED", "swap")))
-        return;
+void launch_quantize_int8(const KernelParams& p, cudaStream_t stream) {
     const int groups = PH == 0 ? p.H / 32 : p.K * (p.I / 32);
     launch_kernel(quantize_int8<Interleaved, PH>, dim3((groups + 3) / 4), dim3(128), 0, stream,
                   PH == 0 ? phase0_programmatic() : programmatic_launch(), p);
@@ -3562,7 +3473,7 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
         // phases): x (act) quantized first, the lanes16 kernel's launch with the int8 body
         if constexpr (Int8Sums<Dec>::value && (PH == 0 || Int8SumsDown<Dec>::value)) {
             if (stages == 2 && Dec::int8(p, PH)) {
-                launch_quantize_int8<false, PH>(p, stream, Int8SumsDown<Dec>::value);
+                launch_quantize_int8<false, PH>(p, stream);
                 return launch_staged_opt<Dec, PH, 2, OPT | kOptLanes16 | kOptInt8Sums>(p, stream), true;
             }
         }
@@ -3572,7 +3483,7 @@ bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) 
         // phase 0 at T = 1 where the decoder's int8 says (kOptInt8Sums, Q4_K / Q5_K): x quantized first
         if constexpr (Int8Sums<Dec>::value && LaneBlocks<Dec>::value && PH == 0 && (OPT & kOptWholeCopy) != 0) {
             if (stages == 2 && Dec::int8(p, PH)) {
-                launch_quantize_int8<false, 0>(p, stream, Int8SumsDown<Dec>::value);
+                launch_quantize_int8<false, 0>(p, stream);
                 return launch_staged_opt<Dec, PH, 2, OPT | kOptOneColumn | kOptLaneBlocks | kOptInt8Sums>(p, stream), true;
             }
         }

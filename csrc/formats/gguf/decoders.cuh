@@ -3626,13 +3626,9 @@ enum class GgufMode { kPerType, kTable, kStaged, kLoaded, kPrefetched };
 // One projection's launch (phase 0: gate_up, 1: down) with its type's decoder chosen by mode.
 using GgufPhaseLaunch = void (*)(int phase, GgufMode mode, const KernelParams& p, cudaStream_t stream);
 
-// The order (KernelParams::actq_fused: 1 plain, 2 kInt8Interleaved's) in which a type's down reads
-// act as int8 units in a step, 0 where it does not
-using GgufActqOrder = int (*)(const KernelParams& p);
-
-// The slices register a launcher per type id (kTableDriven: the table-driven decoder; actq_order
-// null: none), launch.cu looks them up.
+// The slices register a launcher per type id (kTableDriven: the table-driven decoder), launch.cu
+// looks them up.
 constexpr int kTableDriven = -1;
-void register_gguf_launch(int type_id, GgufPhaseLaunch launch, GgufActqOrder actq_order = nullptr);
+void register_gguf_launch(int type_id, GgufPhaseLaunch launch);
 
 }  // namespace ftw::cuda

@@ -18,7 +18,6 @@ struct Launchers {
     int count = 0;
     int type_id[kMax];
     GgufPhaseLaunch launch[kMax];
-    GgufActqOrder actq_order[kMax];
 };
 Launchers& launchers() {
     static Launchers l;
@@ -34,20 +33,6 @@ GgufPhaseLaunch find_launch(int type_id) {
     }
     return table_driven;
 }
-
-// The act order (KernelParams::actq_fused) down's type reads as int8 units this step, 0 for none or
-// where it is not its own decoder's
-int find_actq_order(int type_id, const KernelParams& p) {
-    const Launchers& l = launchers();
-    for (int i = 0; i < l.count; ++i)
-        if (l.type_id[i] == type_id) return l.actq_order[i] ? l.actq_order[i](p) : 0;
-    return 0;
-}
-
-// Whether phase 0 quantizes act for phase 1's int8 units itself (KernelParams::actq_fused):
-// FTW_GGUF_CUDA_ACTQ_FUSED=1 (or =swap, a test: in the other order), =0 not (quantize_int8<.., 1>
-// after phase 0); unset: not (not measured faster yet)
-bool actq_fused_asked() { return env_is("FTW_GGUF_CUDA_ACTQ_FUSED", "1") || env_is("FTW_GGUF_CUDA_ACTQ_FUSED", "swap"); }
 
 GgufMode mode() {
     const std::string v = env_or("FTW_GGUF_CUDA_DECODER", "");
@@ -68,16 +53,9 @@ void launch(const KernelParams& p, cudaStream_t stream) {
     const int dn = typed && aligned(1) ? p.ggml_type[2] : kTableDriven;
     const GgufPhaseLaunch gate_up = find_launch(gu), down = find_launch(dn);
     if (gate_up == nullptr || down == nullptr) throw CudaError("gguf: the CUDA kernels were built without the table-driven decoder");
-    KernelParams q = p;
-    // T = 1: act in integers by phase 0 where down takes int8 units and FTW_GGUF_CUDA_ACTQ_FUSED asks
-    // (phase 0 does so only in its int8 kernels, which launch_quantize_int8<.., 0> records; down's
-    // launch_quantize_int8<.., 1> then launches nothing where the order is its own)
-    const int order = p.T == 1 && p.actq != nullptr && dn != kTableDriven && actq_fused_asked() ? find_actq_order(dn, p) : 0;
-    q.actq_fused = order != 0 && env_is("FTW_GGUF_CUDA_ACTQ_FUSED", "swap") ? 3 - order : order;
-    act_quantized_by_phase0() = false;
-    begin_step(q, stream);
-    gate_up(0, m, q, stream);
-    down(1, m, q, stream);
+    begin_step(p, stream);
+    gate_up(0, m, p, stream);
+    down(1, m, p, stream);
 }
 
 struct HostType {
@@ -140,9 +118,9 @@ std::vector<std::string> ggml_cuda_own_decoders() {
     return names;
 }
 
-void register_gguf_launch(int type_id, GgufPhaseLaunch launch, GgufActqOrder actq_order) {
+void register_gguf_launch(int type_id, GgufPhaseLaunch launch) {
     Launchers& l = launchers();
-    if (l.count < Launchers::kMax) l.type_id[l.count] = type_id, l.actq_order[l.count] = actq_order, l.launch[l.count++] = launch;
+    if (l.count < Launchers::kMax) l.type_id[l.count] = type_id, l.launch[l.count++] = launch;
 }
 
 // registered by hand rather than with FTW_CUDA_FORMAT: the launch picks a decoder per projection

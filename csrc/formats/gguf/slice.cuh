@@ -118,14 +118,6 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
     });
 }
 
-// The act order down of type T reads as int8 units (GgufActqOrder): where int8_for says, in
-// Fast<T>'s kInt8Interleaved order (the order launch_quantize_int8<.., 1> of T's int8 kernels takes;
-// if another decoder of T runs, it launches its own quantize_int8: slower, not wrong)
-template <class T>
-int actq_order(const KernelParams& p) {
-    return int8_for<T>(p, 1) ? 1 + int(Int8Interleaved<Fast<T>>::value) : 0;
-}
-
 void launch_table_driven(int phase, GgufMode, const KernelParams& p, cudaStream_t stream) {
     launch_with<GgmlDecoder>(phase, p, stream);
 }
@@ -138,7 +130,7 @@ void register_slice(TypeList<void>) {
 }
 template <int I, class T, class... Rest>
 void register_slice(TypeList<T, Rest...>) {
-    if constexpr (in_slice(I) && Fast<T>::kHas) register_gguf_launch(T::size.id, launch_typed<T>, actq_order<T>);
+    if constexpr (in_slice(I) && Fast<T>::kHas) register_gguf_launch(T::size.id, launch_typed<T>);
     register_slice<I + 1>(TypeList<Rest...>{});
 }
 
