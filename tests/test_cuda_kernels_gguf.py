@@ -769,7 +769,7 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
 # bytes past a 16-byte boundary: "small" (down's rows one chunk: rows alternate), "chunks" (every
 # other chunk), "xs" (gate / up's rows 3 chunks: rows and chunks alternate); it has no "partial".
 # Q2_K (its own rows: 84-byte blocks, sc q in the integers, the mins by a second IMMA chain) likewise,
-# its chunks at 0, 4, 8 or 12 bytes past a 16-byte boundary, and off by default (not measured yet:
+# its chunks at 0, 4, 8 or 12 bytes past a 16-byte boundary, and off by default (measured slower:
 # the default is the bf16 way at every item count). Each case runs every way and
 # without (=0) on the same data: within the tolerance, no less accurate than the bf16 way (1.2x + 1e-5),
 # and not identical to it where the rows are aligned (the path ran); unset, it is the int8 way in

@@ -2052,7 +2052,8 @@ struct Q2KFast {
     }
     // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens with kInt8TokensMins, in
     // Int8TokenRows: its own rows, so Q2_K's other staged decoders make no such kernel). Off by
-    // default (kInt8TokensDefault): built, NOT run on a GPU (docs/BENCHMARKS.md "T8X");
+    // default (kInt8TokensDefault): slower on the H200 at T = 8 same experts, deepseek-v3 89.7 -> 97.4 us,
+    // qwen3-30b-a3b 23.0 -> 24.6 (docs/BENCHMARKS.md "Main at 7c7eb9b"; its tests pass forced);
     // FTW_GGUF_CUDA_INT8_T8=1 | gate_up | down runs it. A chunk is one 84-byte block, 4-byte aligned
     // wherever it starts. Unit u = 4 h + s (values 128 h + 32 s + l: bits 2 s of qs[32 h + l]) as
     // s8 sc q (<= 45) with the sub-block's scale in the integers: lane tig's A words are
@@ -3172,7 +3173,7 @@ bool int8_for(const KernelParams& p, int phase) {
 // "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
 // deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8, IQ4_XS 124.3 -> 113.0 ("T8X"); qwen3-30b-a3b
 // (few items) slower, Q4_0 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7, IQ4_XS 23.3 -> 27.2 (read at every launch)
-// (Fast<T>::kInt8TokensDefault false: never with the switch unset; Q2_K, not measured)
+// (Fast<T>::kInt8TokensDefault false: never with the switch unset; Q2_K, slower at both sizes)
 FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
 FTW_OPTIONAL_MEMBER(Int8TokensDefault, kInt8TokensDefault, bool, true);
 FTW_OPTIONAL_MEMBER(Int8TokensOwnRows, kInt8TokensOwnRows, bool, false);
