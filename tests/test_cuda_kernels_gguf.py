@@ -660,11 +660,9 @@ def assert_default(monkeypatch, switch, default, outs, rerun, what):
         assert near < 0.1 * gap, f"{what} items={items}: the default is not {want} ({near:.3g}, {gap:.3g})"
 
 
-@pytest.mark.parametrize("size", list(INT8_SIZES))
-@pytest.mark.parametrize("name", INT8)
+@pytest.mark.parametrize("name, size", [(n, z) for n in INT8 for z in INT8_SIZES
+                                         if (n == "IQ4_XS") == (z in ("xs", "chunks"))])  # (IQ4_XS: whole 256-value rows)
 def test_gguf_int8_units(name, size, monkeypatch):
-    if (name == "IQ4_XS") != (size in ("xs", "chunks")):
-        pytest.skip("IQ4_XS rows are whole 256-value blocks; the xs size is its own")
     seed = [29, INT8.index(name), list(INT8_SIZES).index(size)]
     int8_pair((name, name, name), size, seed, monkeypatch)
 
@@ -817,11 +815,9 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
 
 @pytest.mark.parametrize("route", ["same", "random", "mixed"])
 @pytest.mark.parametrize("T", [2, 3, 8])
-@pytest.mark.parametrize("size", INT8_T8_SIZES)
-@pytest.mark.parametrize("name", INT8_T8)
+@pytest.mark.parametrize("name, size", [(n, z) for n in INT8_T8 for z in INT8_T8_SIZES
+                                         if z != ("partial" if n in INT8_T8_BLOCKS256 else "xs")])
 def test_gguf_int8_tokens(name, size, T, route, monkeypatch):
-    if size == ("partial" if name in INT8_T8_BLOCKS256 else "xs"):
-        pytest.skip("IQ4_XS / Q2_K rows are whole 256-value blocks (no partial size; xs is their own)")
     seed = [61, INT8_T8.index(name), INT8_T8_SIZES.index(size), T, ["same", "random", "mixed"].index(route)]
     int8_tokens_case(name, size, T, route, seed, monkeypatch)
 
