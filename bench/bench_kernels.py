@@ -147,9 +147,9 @@ VARIANTS.update({f"gguf-unitcols-{v}": {"FTW_GGUF_CUDA_UNITCOLS": v} for v in ("
 VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gate_up", "down")})
 # gguf IQ2_XXS / IQ2_XS: their int8 units run where a phase reads its grid in copies (rows of 8 chunks
 # or more); with the copies forced in every phase (the qwen3-30b-a3b size's down too)
-# gguf Q4_0 / IQ4_NL / IQ4_XS / Q2_K at T = 2..8 with int8 units (kOptInt8Tokens; FTW_GGUF_CUDA_INT8_T8=1
-# both phases, =gate_up / =down one, x or act quantized per token and 256-value chunk first) or without
-# (=0; unset: in phases of many items, Q2_K never)
+# gguf Q4_0 / IQ4_NL / IQ4_XS at T = 2..8 with int8 units (kOptInt8Tokens; FTW_GGUF_CUDA_INT8_T8=1 both
+# phases, =gate_up / =down one, x or act quantized per token and 256-value chunk first) or without (=0;
+# unset: in phases of many items)
 VARIANTS.update({f"int8-t8-{v}": {"FTW_GGUF_CUDA_INT8_T8": v} for v in ("0", "1", "gate_up", "down")})
 VARIANTS["int8-copies-1"] = {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_GRID_COPIES": "1"}
 # decode cases: (T, every token routed to the same experts)

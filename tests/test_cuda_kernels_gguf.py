@@ -766,16 +766,12 @@ def test_gguf_int8_units_scales_far_apart(name, scales, monkeypatch):
 # whatever the switch says. IQ4_XS's rows are whole blocks of 136 bytes, so its chunks start 0 or 8
 # bytes past a 16-byte boundary: "small" (down's rows one chunk: rows alternate), "chunks" (every
 # other chunk), "xs" (gate / up's rows 3 chunks: rows and chunks alternate); it has no "partial".
-# Q2_K (its own rows: 84-byte blocks, sc q in the integers, the mins by a second IMMA chain) likewise,
-# its chunks at 0, 4, 8 or 12 bytes past a 16-byte boundary, and off by default (measured slower:
-# the default is the bf16 way at every item count). Each case runs every way and
+# Each case runs every way and
 # without (=0) on the same data: within the tolerance, no less accurate than the bf16 way (1.2x + 1e-5),
 # and not identical to it where the rows are aligned (the path ran); unset, it is the int8 way in
 # phases of many items (FTW_GGUF_CUDA_STAGED_ITEMS=0) and the bf16 way in phases of few (a billion).
-INT8_T8 = ["Q4_0", "IQ4_NL", "IQ4_XS", "Q2_K"]
+INT8_T8 = ["Q4_0", "IQ4_NL", "IQ4_XS"]
 INT8_T8_SIZES = ["small", "chunks", "partial", "xs"]
-INT8_T8_BLOCKS256 = ["IQ4_XS", "Q2_K"]  # (rows of whole 256-value blocks: no "partial", "xs" their own)
-INT8_T8_OFF = ["Q2_K"]  # (FTW_GGUF_CUDA_INT8_T8 unset: never)
 
 
 def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None):
@@ -809,14 +805,14 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
         if size != "partial":
             assert not torch.equal(outs["0"], outs[v]), f"{name} {size} T={T} {route}: the int8 tokens path ({v}) did not run"
     if size != "partial":
-        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", {"0": "0" if name in INT8_T8_OFF else "1", "1000000000": "0"},
-                       outs, lambda: run(opts, banks, x, ids, wts), f"{name} {size} T={T} {route}")
+        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", {"0": "1", "1000000000": "0"}, outs,
+                       lambda: run(opts, banks, x, ids, wts), f"{name} {size} T={T} {route}")
 
 
 @pytest.mark.parametrize("route", ["same", "random", "mixed"])
 @pytest.mark.parametrize("T", [2, 3, 8])
 @pytest.mark.parametrize("name, size", [(n, z) for n in INT8_T8 for z in INT8_T8_SIZES
-                                         if z != ("partial" if n in INT8_T8_BLOCKS256 else "xs")])
+                                         if z != ("partial" if n == "IQ4_XS" else "xs")])  # (IQ4_XS: whole 256-value rows)
 def test_gguf_int8_tokens(name, size, T, route, monkeypatch):
     seed = [61, INT8_T8.index(name), INT8_T8_SIZES.index(size), T, ["same", "random", "mixed"].index(route)]
     int8_tokens_case(name, size, T, route, seed, monkeypatch)

@@ -1179,17 +1179,6 @@ FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
 //                                       16 + 4 tig + j for hi's (quantize_int8_tokens stores x so)
 FTW_OPTIONAL_MEMBER(Int8Tokens, kInt8Tokens, bool, false);
 FTW_OPTIONAL_MEMBER(Int8TokensIntScales, kInt8TokensIntScales, bool, false);
-// kInt8TokensMins (optional, false): units whose integers carry their scales (gguf Q2_K: sc q), with
-// a min per 16 values, instead of int8_tokens_row and int8_tokens_split:
-//   Int8TokensRow                       what a lane keeps of a row's chunk
-//   int8_tokens_row_mins(row, tig)      it, read from the row's chunk (any 4-byte-aligned start)
-//   int8_tokens_unit(r, u, lo, hi, mlo, mhi)  unit u's s8 A words (lo: k 4 tig .., hi: k 16 +
-//                                       4 tig ..) and its mins' (each 16 values' m in every byte)
-// and r.d, r.dmin: value = d (A . x) - dmin (M . x); the IMMA accumulates the chunk's 8 units
-// kInt8TokensOnly (optional, false): the decoder is launched only where its phase takes
-// kOptInt8Tokens (gguf's Int8TokenRows), so launch_decode makes that kernel alone
-FTW_OPTIONAL_MEMBER(Int8TokensMins, kInt8TokensMins, bool, false);
-FTW_OPTIONAL_MEMBER(Int8TokensOnly, kInt8TokensOnly, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
 //                                       4 i + 3 in a[e][i] (IMMA step i / 2's A word of k 4 tig .. for
@@ -2618,7 +2607,7 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                                                   sb + (g + 8) * PI * 16 + ((rlow[1] + cl) & 15u),
                                                   xsub + int64_t(c) * 256, tig, acc[0]);
                     } else if constexpr (I8T) {
-                        {  // (every chunk whole, where the decoder's row read takes it: int8_tokens_rows)
+                        {  // (every chunk whole, every row on a 16-byte boundary: int8_tokens_rows)
                             // the chunk's 8 units, each one IMMA k32 for the hi plane and one for
                             // the lo plane of the item's pairs (column n: pair n); x in two halves of
                             // 4 units, the first in flight over the rows' reads (all 8 at once: the
@@ -2628,75 +2617,45 @@ __global__ void __launch_bounds__(128, (OPT & kOptFine) != 0 && PH == 0         
                             for (int u = 0; u < 4; ++u) xb[u] = __ldg(xt + 4 * (c * 8 + u));
                             const float s0 = __ldg(xs0 + c), s1 = __ldg(xs1 + c);
                             const uint8_t* sb = reinterpret_cast<const uint8_t*>(ring + d * SU);
-                            float cs[4], rf[2];  // the rows' sums over the chunk (before its x scales), their factors
-                            if constexpr (Int8TokensMins<Dec>::value) {
-                                // (kInt8TokensMins: the scales in the integers, so the chunk's 8 units
-                                // accumulate in the IMMA; the mins by a second chain; d and dmin once)
-                                const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
-                                typename Dec::Int8TokensRow r[2];
+                            // the units' scales as floats, or as integers (kInt8TokensIntScales:
+                            // the hi and lo planes' sums times them in int32, |sum| <= 8 units x 32
+                            // x 127 x 127 x 32 < 2^31, each plane once per chunk to float)
+                            constexpr bool IS = Int8TokensIntScales<Dec>::value;
+                            using UnitScale = std::conditional_t<IS, int, float>;
+                            uint32_t aw[2][8];
+                            UnitScale dv[2][8];
+                            float rf[2];
+                            // (chunks of a multiple of 16 bytes start on a 16-byte boundary: int8_tokens_rows)
+                            const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
 #pragma unroll
-                                for (int h = 0; h < 2; ++h)
-                                    r[h] = Dec::int8_tokens_row_mins(sb + (g + 8 * h) * PI * 16 + ((rlow[h] + cl) & 15u), tig);
-                                int vh[4] = {0, 0, 0, 0}, vl[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0}, ml[4] = {0, 0, 0, 0};
+                            for (int h = 0; h < 2; ++h)
+                                rf[h] = Dec::int8_tokens_row(
+                                    sb + (g + 8 * h) * PI * 16 + (Dec::kChunkBytes % 16 == 0 ? 0u : (rlow[h] + cl) & 15u), tig,
+                                    aw[h], dv[h]);
+                            float cs[4] = {0.f, 0.f, 0.f, 0.f};
+                            int ih[4] = {0, 0, 0, 0}, il[4] = {0, 0, 0, 0};  // (IS)
 #pragma unroll
-                                for (int u = 0; u < 8; ++u) {
-                                    if (u == 4)
+                            for (int u = 0; u < 8; ++u) {
+                                if (u == 4)
 #pragma unroll
-                                        for (int v = 0; v < 4; ++v) xb[v] = __ldg(xt + 4 * (c * 8 + 4 + v));
-                                    uint32_t lo0, hi0, ml0, mh0, lo1, hi1, ml1, mh1;
-                                    Dec::int8_tokens_unit(r[0], u, lo0, hi0, ml0, mh0);
-                                    Dec::int8_tokens_unit(r[1], u, lo1, hi1, ml1, mh1);
-                                    imma_s8s8(vh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
-                                    imma_s8s8(vl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
-                                    imma_s8s8(mh, ml0, ml1, mh0, mh1, xb[u & 3].x, xb[u & 3].y);
-                                    imma_s8s8(ml, ml0, ml1, mh0, mh1, xb[u & 3].z, xb[u & 3].w);
+                                    for (int v = 0; v < 4; ++v) xb[v] = __ldg(xt + 4 * (c * 8 + 4 + v));
+                                uint32_t lo0, hi0, lo1, hi1;
+                                Dec::int8_tokens_split(aw[0][u], lo0, hi0);
+                                Dec::int8_tokens_split(aw[1][u], lo1, hi1);
+                                int sh[4] = {0, 0, 0, 0}, sl[4] = {0, 0, 0, 0};
+                                imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
+                                imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) {
+                                    if constexpr (IS)
+                                        ih[i] += sh[i] * dv[i >> 1][u], il[i] += sl[i] * dv[i >> 1][u];
+                                    else
+                                        cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
                                 }
-#pragma unroll
-                                for (int i = 0; i < 4; ++i)
-                                    cs[i] = fmaf(254.f, float(vh[i]), float(vl[i])) * r[i >> 1].d -
-                                            fmaf(254.f, float(mh[i]), float(ml[i])) * r[i >> 1].dmin;
-                                rf[0] = rf[1] = 1.f;
-                            } else {
-                                // the units' scales as floats, or as integers (kInt8TokensIntScales:
-                                // the hi and lo planes' sums times them in int32, |sum| <= 8 units x 32
-                                // x 127 x 127 x 32 < 2^31, each plane once per chunk to float)
-                                constexpr bool IS = Int8TokensIntScales<Dec>::value;
-                                using UnitScale = std::conditional_t<IS, int, float>;
-                                uint32_t aw[2][8];
-                                UnitScale dv[2][8];
-                                // (chunks of a multiple of 16 bytes start on a 16-byte boundary: int8_tokens_rows)
-                                const uint32_t cl = uint32_t(c) * uint32_t(Dec::kChunkBytes);
-#pragma unroll
-                                for (int h = 0; h < 2; ++h)
-                                    rf[h] = Dec::int8_tokens_row(
-                                        sb + (g + 8 * h) * PI * 16 + (Dec::kChunkBytes % 16 == 0 ? 0u : (rlow[h] + cl) & 15u), tig,
-                                        aw[h], dv[h]);
-#pragma unroll
-                                for (int i = 0; i < 4; ++i) cs[i] = 0.f;
-                                int ih[4] = {0, 0, 0, 0}, il[4] = {0, 0, 0, 0};  // (IS)
-#pragma unroll
-                                for (int u = 0; u < 8; ++u) {
-                                    if (u == 4)
-#pragma unroll
-                                        for (int v = 0; v < 4; ++v) xb[v] = __ldg(xt + 4 * (c * 8 + 4 + v));
-                                    uint32_t lo0, hi0, lo1, hi1;
-                                    Dec::int8_tokens_split(aw[0][u], lo0, hi0);
-                                    Dec::int8_tokens_split(aw[1][u], lo1, hi1);
-                                    int sh[4] = {0, 0, 0, 0}, sl[4] = {0, 0, 0, 0};
-                                    imma_s8s8(sh, lo0, lo1, hi0, hi1, xb[u & 3].x, xb[u & 3].y);
-                                    imma_s8s8(sl, lo0, lo1, hi0, hi1, xb[u & 3].z, xb[u & 3].w);
-#pragma unroll
-                                    for (int i = 0; i < 4; ++i) {
-                                        if constexpr (IS)
-                                            ih[i] += sh[i] * dv[i >> 1][u], il[i] += sl[i] * dv[i >> 1][u];
-                                        else
-                                            cs[i] = fmaf(float(254 * sh[i] + sl[i]), dv[i >> 1][u], cs[i]);
-                                    }
-                                }
-                                if constexpr (IS)
-#pragma unroll
-                                    for (int i = 0; i < 4; ++i) cs[i] = fmaf(254.f, float(ih[i]), float(il[i]));
                             }
+                            if constexpr (IS)
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) cs[i] = fmaf(254.f, float(ih[i]), float(il[i]));
                             acc[0][0] = fmaf(cs[0], s0 * rf[0], acc[0][0]);
                             acc[0][1] = fmaf(cs[1], s1 * rf[0], acc[0][1]);
                             acc[0][2] = fmaf(cs[2], s0 * rf[1], acc[0][2]);
@@ -3523,12 +3482,7 @@ inline bool staged_whole_copy() { return !env_is("FTW_CUDA_STAGED_WHOLECOPY", "0
 template <class Dec, int PH>
 void launch_decode(const KernelParams& p, cudaStream_t stream) {
     if (decode_phase_skipped(PH)) return;
-    if constexpr (Int8TokensOnly<Dec>::value) {  // (launched only where the phase takes them, T = 2..8)
-        if (staged_decode<Dec>()) {
-            launch_quantize_int8_tokens<Dec, PH>(p, stream);
-            return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptInt8Tokens>(p, stream);
-        }
-    } else if constexpr (Int8Only<Dec>::value) {  // (launched only where the phase takes int8 units: no other staged kernel made)
+    if constexpr (Int8Only<Dec>::value) {  // (launched only where the phase takes int8 units: no other staged kernel made)
         if (staged_decode<Dec>()) {
             launch_quantize_int8<Int8Interleaved<Dec>::value, PH>(p, stream);
             return launch_staged_opt<Dec, PH, 2, kByteStreamOpt | kOptInt8>(p, stream);

@@ -2050,51 +2050,6 @@ struct Q2KFast {
             }
         }
     }
-    // The staged kernel's int8 units at T = 2..8 (kOptInt8Tokens with kInt8TokensMins, in
-    // Int8TokenRows: its own rows, so Q2_K's other staged decoders make no such kernel). Off by
-    // default (kInt8TokensDefault): slower on the H200 at T = 8 same experts, deepseek-v3 89.7 -> 97.4 us,
-    // qwen3-30b-a3b 23.0 -> 24.6 (docs/BENCHMARKS.md "Main at 7c7eb9b"; its tests pass forced);
-    // FTW_GGUF_CUDA_INT8_T8=1 | gate_up | down runs it. A chunk is one 84-byte block, 4-byte aligned
-    // wherever it starts. Unit u = 4 h + s (values 128 h + 32 s + l: bits 2 s of qs[32 h + l]) as
-    // s8 sc q (<= 45) with the sub-block's scale in the integers: lane tig's A words are
-    // ((q >> 2 s) & 0x03030303) * sc of qs words 4 tig + 16 (2 h) (l = 4 tig .., sub-block 2 u) and
-    // + 16 (l = 16 + 4 tig .., sub-block 2 u + 1), so x's slots are the values' own (slot v = v),
-    // and the IMMA sums the whole chunk in its accumulators; the mins by a second chain (A = the
-    // sub-block's m in every byte); d and dmin once per chunk. Per row: 9 LDS.32 (4 scale words and
-    // d | dmin: broadcasts per quad; 4 qs words).
-    static constexpr bool kInt8Tokens = true, kInt8TokensOwnRows = true, kInt8TokensMins = true;
-    static constexpr bool kInt8TokensDefault = false;
-    static bool int8_tokens_rows(int in) { return in % 256 == 0; }
-    __host__ __device__ static constexpr int int8_tokens_slot(int, int v) { return v; }
-    struct Int8TokensRow {
-        uint32_t q[4];   // qs words of half 0 (l = 4 tig .., 16 + 4 tig ..), then half 1
-        uint32_t sc[4];  // the scale words' low nibbles (sc of sub-block j in byte j % 4 of word j / 4)
-        uint32_t mn[4];  // and high nibbles (m)
-        float d, dmin;
-    };
-    __device__ static Int8TokensRow int8_tokens_row_mins(const uint8_t* row, int tig) {
-        const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-        Int8TokensRow r;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t w = ld_shared_u32(a + 4 * i);
-            r.sc[i] = w & 0x0F0F0F0Fu, r.mn[i] = (w >> 4) & 0x0F0F0F0Fu;
-            r.q[i] = ld_shared_u32(a + 16 + 16 * i + 4 * tig);
-        }
-        const uint32_t dd = ld_shared_u32(a + 80);
-        r.d = half_bits(dd), r.dmin = half_bits(dd >> 16);
-        return r;
-    }
-    // unit u's A words: values (lo: k 4 tig .., hi: k 16 + 4 tig ..) and mins
-    __device__ static void int8_tokens_unit(const Int8TokensRow& r, int u, uint32_t& lo, uint32_t& hi, uint32_t& mlo,
-                                            uint32_t& mhi) {
-        const int h = u >> 2, s = u & 3;
-        const uint32_t b0 = 2u * uint32_t(u & 1), b1 = b0 + 1;  // sub-blocks 2 u, 2 u + 1: bytes of word u / 2
-        const uint32_t w = r.sc[u >> 1], m = r.mn[u >> 1];
-        lo = ((r.q[2 * h] >> (2 * s)) & 0x03030303u) * prmt(w, 0u, 0x4440u | b0);
-        hi = ((r.q[2 * h + 1] >> (2 * s)) & 0x03030303u) * prmt(w, 0u, 0x4440u | b1);
-        mlo = prmt(m, 0u, 0x1111u * b0), mhi = prmt(m, 0u, 0x1111u * b1);
-    }
 };
 template <>
 struct Fast<Q2_K> : Q2KFast<kMinShift> {};
@@ -3173,10 +3128,7 @@ bool int8_for(const KernelParams& p, int phase) {
 // "T8 measured"; T = 8 same experts, both phases against main's bf16 staged bodies in one run):
 // deepseek-v3 Q4_0 104.0 -> 96.6 us, IQ4_NL 133.9 -> 118.8, IQ4_XS 124.3 -> 113.0 ("T8X"); qwen3-30b-a3b
 // (few items) slower, Q4_0 24.2 -> 26.3, IQ4_NL 24.5 -> 29.7, IQ4_XS 23.3 -> 27.2 (read at every launch)
-// (Fast<T>::kInt8TokensDefault false: never with the switch unset; Q2_K, slower at both sizes)
 FTW_OPTIONAL_MEMBER(Int8TokensPost, kInt8TokensPost, float, 1.f);
-FTW_OPTIONAL_MEMBER(Int8TokensDefault, kInt8TokensDefault, bool, true);
-FTW_OPTIONAL_MEMBER(Int8TokensOwnRows, kInt8TokensOwnRows, bool, false);
 template <class T>
 bool int8_tokens_for(const KernelParams& p, int phase) {
     if constexpr (!Int8Tokens<Fast<T>>::value) {
@@ -3184,7 +3136,7 @@ bool int8_tokens_for(const KernelParams& p, int phase) {
     } else {
         if (p.T < 2 || p.T > 8 || (phase == 0 ? p.xq : p.actq) == nullptr) return false;
         if (!Fast<T>::int8_tokens_rows(phase == 0 ? p.H : p.I)) return false;  // (the kernel's one body)
-        if (*env_or("FTW_GGUF_CUDA_INT8_T8", "") == 0) return Int8TokensDefault<Fast<T>>::value && staged_for_items(p, phase);
+        if (*env_or("FTW_GGUF_CUDA_INT8_T8", "") == 0) return staged_for_items(p, phase);
         return env_is("FTW_GGUF_CUDA_INT8_T8", "1") || env_is("FTW_GGUF_CUDA_INT8_T8", phase == 0 ? "gate_up" : "down");
     }
 }
@@ -3236,8 +3188,7 @@ struct StagedRows {
     static bool int8(const KernelParams& p, int phase) { return int8_for<T>(p, phase); }
     // int8 units of several tokens where F has them (kOptInt8Tokens: Q4_0, IQ4_NL, IQ4_XS), at T = 2..8 where
     // int8_tokens_for<T> says for the phase (the ring read by 16-byte LDS whatever M says)
-    // (a type with rows of its own for them, kInt8TokensOwnRows: Q2_K, only in Int8TokenRows)
-    static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value && !Int8TokensOwnRows<F>::value;
+    static constexpr bool kInt8Tokens = Int8Tokens<F>::value && !LoadsTables<M>::value;
     static constexpr float kInt8TokensPost = Int8TokensPost<F>::value;
     __host__ __device__ static constexpr int int8_tokens_slot(int u, int v) { return F::int8_tokens_slot(u, v); }
     static constexpr bool kInt8TokensIntScales = Int8TokensIntScales<F>::value;
@@ -3270,26 +3221,6 @@ struct Int8TableRows : Dec {
     static_assert(Int8Tables<Fast<T>>::value && Int8Cols<Fast<T>>::value, "int8 units from tables");
     static constexpr bool kInt8 = true, kInt8Only = true, kSetupAsync = true;
     __device__ static void block_setup() { Fast<T>::template fill_int8_tables<true>(); }
-};
-
-// A phase at T = 2..8 on int8 units of several tokens from rows of their own (Fast<T>::
-// kInt8TokensOwnRows: Q2_K, whose other staged decoders, on sub-block sums, would each make such a
-// kernel): launched only where int8_tokens_for says, so launch_decode makes this kernel alone
-// (kInt8TokensOnly), with the interface kInt8TokensMins names
-template <class T, class Dec>
-struct Int8TokenRows : Dec {
-    using F = Fast<T>;
-    static_assert(Int8TokensOwnRows<F>::value && Int8TokensMins<F>::value, "int8 units of several tokens, own rows");
-    static constexpr bool kInt8Tokens = true, kInt8TokensOnly = true, kInt8TokensMins = true;
-    static constexpr bool kShortRing = true;  // (a ring of 2 stages, as the other int8 kernels')
-    using Int8TokensRow = typename F::Int8TokensRow;
-    __device__ static Int8TokensRow int8_tokens_row_mins(const uint8_t* row, int tig) {
-        return F::int8_tokens_row_mins(row, tig);
-    }
-    __device__ static void int8_tokens_unit(const Int8TokensRow& r, int u, uint32_t& lo, uint32_t& hi, uint32_t& mlo,
-                                            uint32_t& mhi) {
-        F::int8_tokens_unit(r, u, lo, hi, mlo, mhi);
-    }
 };
 
 // The kernels' decoder for rows of ggml type T (T has a Fast<T>). Three ways of having a unit's

@@ -52,12 +52,6 @@ void launch_typed(int phase, GgufMode m, const KernelParams& p, cudaStream_t str
             if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int8_for<U>(p, phase))
                 return launch_with<Int8TableRows<U, TypedDecoder<U, pf, true, SharedLoads>>>(phase, p, stream);
         }
-        // a phase at T = 2..8 with int8 units of several tokens from rows of their own (Int8TokenRows:
-        // Q2_K, off by default) where int8_tokens_for says, before the sub-block sums it takes otherwise
-        if constexpr (std::is_same_v<U, T> && Int8TokensOwnRows<Fast<U>>::value) {
-            if ((m == GgufMode::kStaged || m == GgufMode::kPerType) && int8_tokens_for<U>(p, phase))
-                return launch_with<Int8TokenRows<U, TypedDecoder<U, pf, true, SharedLoads>>>(phase, p, stream);
-        }
         // the IQ types on float32 sub-block sums (IntSumRows) where int_sums<U> says so (staged; also
         // IQ3_XXS, otherwise register-fed, where both phases take the grid in copies or with
         // FTW_GGUF_CUDA_INTSUMS=1)
