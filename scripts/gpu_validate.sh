@@ -44,4 +44,10 @@ if [ -n "${SANITIZE_K:-}" ]; then
   tail -4 "$out/sanitizer.log"
 fi
 elapsed all
+# the verdicts again, last: a device call returns only its output's tail, which the bench fills
+echo "== summary"
+grep -hE "passed|failed" "$out/gpu_suite.log" | tail -1
+grep -hE "samples round-trip" "$out/demo.log" | cut -c1-80
+[ -n "${SANITIZE_K:-}" ] && grep -hE "ERROR SUMMARY|passed|failed" "$out/sanitizer.log" | tail -2
+echo "status $status"
 exit $status
