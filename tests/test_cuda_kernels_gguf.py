@@ -627,14 +627,7 @@ def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
     H, I, E, K = INT8_SIZES[size]  # noqa: E741
     rng = np.random.default_rng(seed)
     opts, banks = gguf_layer(types, H, I, E, rng) if rows is None else rows(H, I, E, rng)
-    x, x64 = bf16_x(1, H, rng)
-    ids, wts = routing(1, K, E, rng)
-    ref = reference(opts, banks, H, I, x64, ids, wts)
-    outs, errs = {}, {}
-    for v in ("0", "1", "gate_up", "down"):
-        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
-        outs[v] = run(opts, banks, x, ids, wts)
-        errs[v] = rel_err(outs[v], ref)
+    rerun, _, outs, errs = int8_ways(opts, banks, H, I, E, K, rng, monkeypatch)
     print(f"gguf cuda accuracy {'/'.join(types)} {size} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
           f"down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
     for v in ("1", "gate_up", "down"):
@@ -643,8 +636,24 @@ def int8_pair(types, size, seed, monkeypatch, rows=None, default=None):
         if v != "down" or types[2] in INT8 + INT8_SUMS16 + INT8_GRIDS:
             assert not torch.equal(outs["0"], outs[v]), f"{types} {size}: the int8 path ({v}) did not run"
     if default is not None:
-        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8", default, outs, lambda: run(opts, banks, x, ids, wts),
-                       f"{'/'.join(types)} {size}")
+        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8", default, outs, rerun, f"{'/'.join(types)} {size}")
+
+
+def int8_ways(opts, banks, H, I, E, K, rng, monkeypatch):  # noqa: E741
+    """One token's x and routing drawn from rng, the float64 reference, and the layer run every way of
+    FTW_GGUF_CUDA_INT8 ("0", "1", "gate_up", "down"): (rerun: the layer on the same data under the
+    environment as it then is, ref, outs, errs: each way's output and its error against ref)."""
+    x, x64 = bf16_x(1, H, rng)
+    ids, wts = routing(1, K, E, rng)
+    ref = reference(opts, banks, H, I, x64, ids, wts)
+    def rerun():
+        return run(opts, banks, x, ids, wts)
+    outs, errs = {}, {}
+    for v in ("0", "1", "gate_up", "down"):
+        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        outs[v] = rerun()
+        errs[v] = rel_err(outs[v], ref)
+    return rerun, ref, outs, errs
 
 
 def assert_default(monkeypatch, switch, default, outs, rerun, what):
@@ -921,16 +930,9 @@ def test_gguf_int8_iq2(name, size, copies, monkeypatch):
     H, I, E, K = INT8_SIZES[size]  # noqa: E741
     rng = np.random.default_rng([47, INT8_IQ.index(name), list(INT8_SIZES).index(size), int(copies == "copies")])
     opts, banks = gguf_layer((name, name, name), H, I, E, rng)
-    x, x64 = bf16_x(1, H, rng)
-    ids, wts = routing(1, K, E, rng)
-    ref = reference(opts, banks, H, I, x64, ids, wts)
-    outs, errs = {}, {}
-    for v in ("0", "1", "gate_up", "down"):
-        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
-        outs[v] = run(opts, banks, x, ids, wts)
-        errs[v] = rel_err(outs[v], ref)
+    rerun, ref, outs, errs = int8_ways(opts, banks, H, I, E, K, rng, monkeypatch)
     monkeypatch.delenv("FTW_GGUF_CUDA_INT8")
-    outs[""] = run(opts, banks, x, ids, wts)  # the default (IqInt8<T>::kDefault)
+    outs[""] = rerun()  # the default (IqInt8<T>'s kInt8Default)
     errs[""] = rel_err(outs[""], ref)
     print(f"gguf cuda accuracy {name} {size} {copies} T=1: int8 {errs['1']:.2e}, gate_up only {errs['gate_up']:.2e}, "
           f"down only {errs['down']:.2e}, default {errs['']:.2e}, bf16 sums {errs['0']:.2e}")
