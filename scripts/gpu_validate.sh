@@ -5,6 +5,7 @@
 # on the tests that SANITIZE_K selects. Logs and the bench's JSON go under $OUT (default out/gpu).
 #   bash scripts/gpu_validate.sh
 #   VARIANTS_GGUF_A=lanes6-0 SANITIZE_K="test_lane_blocks16_body and types0" bash scripts/gpu_validate.sh
+#   CASES=1,8same,8indep bash scripts/gpu_validate.sh     # also T = 8 with independent routings
 # Variants (bench/bench_kernels.py VARIANTS) are timed beside the defaults in interleaved rounds:
 # VARIANTS_ST (safetensors formats), VARIANTS_GGUF_A (K-quants, Q8_0), VARIANTS_GGUF_B (the rest).
 # Assumes the build's Python packages are there (on the H200: gguf and zstandard as wheels, then
@@ -29,7 +30,7 @@ python3 scripts/demo.py --runtime cuda > "$out/demo.log" 2>&1 || status=1
 tail -4 "$out/demo.log"
 elapsed tests
 bench() {  # name, formats, variants
-  python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases 1,8same \
+  python3 bench/bench_kernels.py --sizes deepseek-v3,qwen3-30b-a3b --no-prefill --replays 5 --cases "${CASES:-1,8same}" \
     --formats "$2" ${3:+--variants "$3"} --json "$out/bench_$1.json" >> "$out/bench.log" 2>&1 || status=1
 }
 bench st bf16,fp8_block,nvfp4,mxfp4,ds_fp4,mxfp8 "${VARIANTS_ST:-}"
