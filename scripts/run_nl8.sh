@@ -8,7 +8,8 @@
 # checkout: it trims the build in place.
 cd "$(dirname "$0")/.."
 if [ -e .git ]; then echo "run it in a snapshot made by git archive, not in a git checkout (it edits the tree)"; exit 1; fi
-t0=$(date +%s); LIMIT=${LIMIT:-128}; left() { echo $(( LIMIT - ($(date +%s) - t0) - ${1:-0} )); }
+t0=$(date +%s); LIMIT=${LIMIT:-122}
+left() { local s=$(( LIMIT - ($(date +%s) - t0) - ${1:-0} )); echo $(( s < 1 ? 1 : s )); }  # (timeout 0 would mean none)
 sed -i 's/^    X(Q8_0) X(Q4_K) X(Q6_K) X(Q5_K) X(Q4_0) X(MXFP4) X(IQ4_NL) X(IQ4_XS) X(Q5_0) X(Q4_1) X(Q5_1)   \\$/    X(Q4_0) X(IQ4_NL) X(IQ4_XS)/; /^    X(Q2_K) X(Q3_K) X(IQ2_XXS) X(IQ2_XS) X(IQ3_XXS) X(IQ3_S)$/d' csrc/formats/gguf/decoders.cuh
 grep -n "X(Q4_0) X(IQ4_NL) X(IQ4_XS)$" csrc/formats/gguf/decoders.cuh || { echo "trim failed"; exit 1; }
 rm -f csrc/formats/{bf16,fp8_block,nvfp4,mxfp8,mxfp4,ds_fp4}/cuda.cu
