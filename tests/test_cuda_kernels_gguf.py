@@ -855,7 +855,10 @@ def test_gguf_int8_tokens_back_to_back(name, monkeypatch):
 
 # IQ4_NL's and IQ4_XS's split of a word into s8 levels (Iq4Int8Tokens: nibbles_u8 on tables of bit 7
 # set, iq4nl_s8_*) against the split before (FTW_GGUF_CUDA_IQ4_SPLIT=old: the levels + 128, then bit 7
-# flipped): the same A words, so the same output bit for bit, and not main's bf16 way's (the path ran)
+# flipped): the same A words, so the same sums; the outputs agree to 1e-6 relative, not to the bit,
+# since the down phase adds the experts' shares into out by float atomics in no fixed order (as
+# test_4_bit_values_either_way; a first run on the H200 asserted bit equality and failed on that,
+# within the tolerance either way); and not main's bf16 way's (the path ran)
 @pytest.mark.parametrize("size", ["small", "chunks"])
 @pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS"])
 def test_gguf_int8_tokens_split_old(name, size, monkeypatch):
@@ -874,7 +877,10 @@ def test_gguf_int8_tokens_split_old(name, size, monkeypatch):
     err = rel_err(outs["", "1"], ref)
     print(f"gguf cuda accuracy {name} {size} T={T} int8 tokens s8 split: {err:.2e}")
     assert err < REL_TOL, f"{name} {size}: {err:.3g}"
-    assert torch.equal(outs["", "1"], outs["old", "1"]), f"{name} {size}: the s8 split differs from the split before"
+    a, b = outs["", "1"].double(), outs["old", "1"].double()
+    diff = float((a - b).norm() / a.norm())
+    print(f"  s8 split against the split before: {diff:.2e} relative, {int((a != b).sum())} of {a.numel()} outputs differ")
+    assert diff < 1e-6, f"{name} {size}: the s8 split differs from the split before by {diff:.3g}"
     assert not torch.equal(outs["", "0"], outs["", "1"]), f"{name} {size}: the int8 tokens path did not run"
 
 
