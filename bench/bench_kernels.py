@@ -151,9 +151,6 @@ VARIANTS.update({f"int8-{v}": {"FTW_GGUF_CUDA_INT8": v} for v in ("0", "1", "gat
 # phases, =gate_up / =down one, x or act quantized per token and 256-value chunk first) or without (=0;
 # unset: in phases of many items)
 VARIANTS.update({f"int8-t8-{v}": {"FTW_GGUF_CUDA_INT8_T8": v} for v in ("0", "1", "gate_up", "down")})
-# gguf IQ4_NL / IQ4_XS's int8 units of several tokens with their split before (the levels + 128 by T = 1's
-# tables, then bit 7 flipped; the default takes the s8 levels from the tables iq4nl_s8_* directly)
-VARIANTS["iq4-split-old"] = {"FTW_GGUF_CUDA_IQ4_SPLIT": "old"}
 VARIANTS["int8-copies-1"] = {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_GRID_COPIES": "1"}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}

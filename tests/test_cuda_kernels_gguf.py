@@ -853,37 +853,6 @@ def test_gguf_int8_tokens_back_to_back(name, monkeypatch):
         assert max(errs) < REL_TOL, errs
 
 
-# IQ4_NL's and IQ4_XS's split of a word into s8 levels (Iq4Int8Tokens: nibbles_u8 on tables of bit 7
-# set, iq4nl_s8_*) against the split before (FTW_GGUF_CUDA_IQ4_SPLIT=old: the levels + 128, then bit 7
-# flipped): the same A words, so the same sums; the outputs agree to 1e-6 relative, not to the bit,
-# since the down phase adds the experts' shares into out by float atomics in no fixed order (as
-# test_4_bit_values_either_way; a first run on the H200 asserted bit equality and failed on that,
-# within the tolerance either way); and not main's bf16 way's (the path ran)
-@pytest.mark.parametrize("size", ["small", "chunks"])
-@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS"])
-def test_gguf_int8_tokens_split_old(name, size, monkeypatch):
-    H, I, E, K = INT8_SIZES[size]  # noqa: E741
-    T = 8
-    rng = np.random.default_rng([73, INT8_T8.index(name), INT8_T8_SIZES.index(size)])
-    opts, banks = gguf_layer((name, name, name), H, I, E, rng)
-    x, x64 = bf16_x(T, H, rng)
-    ids, wts = routing(T, K, E, rng)
-    ref = reference(opts, banks, H, I, x64, ids, wts)
-    outs = {}
-    for split, t8 in (("", "0"), ("", "1"), ("old", "1")):
-        monkeypatch.setenv("FTW_GGUF_CUDA_IQ4_SPLIT", split)
-        monkeypatch.setenv("FTW_GGUF_CUDA_INT8_T8", t8)
-        outs[split, t8] = run(opts, banks, x, ids, wts)
-    err = rel_err(outs["", "1"], ref)
-    print(f"gguf cuda accuracy {name} {size} T={T} int8 tokens s8 split: {err:.2e}")
-    assert err < REL_TOL, f"{name} {size}: {err:.3g}"
-    a, b = outs["", "1"].double(), outs["old", "1"].double()
-    diff = float((a - b).norm() / a.norm())
-    print(f"  s8 split against the split before: {diff:.2e} relative, {int((a != b).sum())} of {a.numel()} outputs differ")
-    assert diff < 1e-6, f"{name} {size}: the s8 split differs from the split before by {diff:.3g}"
-    assert not torch.equal(outs["", "0"], outs["", "1"]), f"{name} {size}: the int8 tokens path did not run"
-
-
 # Q4_K / Q5_K phase 0 at T = 1 on int8 sub-block sums (kOptInt8Sums; FTW_GGUF_CUDA_INT8=1 or
 # =gate_up, Q5_K's default; phase 1 keeps its bf16 decode): each lane's sub-blocks' exact q on mma
 # m16n8k32 u8 x s8 against x quantized as for the int8 units, d sc and dmin m on the int32 sums. As

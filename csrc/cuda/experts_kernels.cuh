@@ -1178,9 +1178,6 @@ FTW_OPTIONAL_MEMBER(Int8Halves, kInt8Halves, bool, false);
 //                                       u sits: 4 tig + j for the A word lo's byte j of lane tig, or
 //                                       16 + 4 tig + j for hi's (quantize_int8_tokens stores x so)
 FTW_OPTIONAL_MEMBER(Int8Tokens, kInt8Tokens, bool, false);
-// kInt8TokensSplitU8 (optional, gguf IQ4_NL / IQ4_XS): int8_tokens_split_u8 is the split before,
-// the same words, which FTW_GGUF_CUDA_IQ4_SPLIT=old selects (Int8TokensSplitU8Of: the bench's variant)
-FTW_OPTIONAL_MEMBER(Int8TokensSplitU8, kInt8TokensSplitU8, bool, false);
 FTW_OPTIONAL_MEMBER(Int8TokensIntScales, kInt8TokensIntScales, bool, false);
 // kOptInt8Sums' interface (optional, on top of the lane-blocks one; kInt8Sums true):
 //   decode_lane_int8(b, tig, a[2][8])   sub-block 2 tig + e's quants as u8 into a[e], values 4 i ..
@@ -3421,22 +3418,12 @@ void launch_quantize_int8_tokens(const KernelParams& p, cudaStream_t stream) {
     check_launch("int8 tokens x kernel");
 }
 
-// Dec with its int8 units' split before (kInt8TokensSplitU8), for FTW_GGUF_CUDA_IQ4_SPLIT=old
-template <class Dec>
-struct Int8TokensSplitU8Of : Dec {
-    __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { Dec::int8_tokens_split_u8(w, lo, hi); }
-};
-
 template <class Dec, int PH, int OPT>
 bool launch_byte_stream(const KernelParams& p, cudaStream_t stream, int stages) {
     if constexpr (Int8Tokens<Dec>::value && (OPT & kOptFull) != 0) {
         // T = 2..8 where the decoder's int8_tokens says (kOptInt8Tokens): x or act quantized first
         if (stages == 2 && Dec::int8_tokens(p, PH)) {
             launch_quantize_int8_tokens<Dec, PH>(p, stream);
-            if constexpr (Int8TokensSplitU8<Dec>::value) {  // (read at every launch)
-                if (env_is("FTW_GGUF_CUDA_IQ4_SPLIT", "old"))
-                    return launch_staged_opt<Int8TokensSplitU8Of<Dec>, PH, 2, OPT | kOptInt8Tokens>(p, stream), true;
-            }
             return launch_staged_opt<Dec, PH, 2, OPT | kOptInt8Tokens>(p, stream), true;
         }
     }

@@ -1164,8 +1164,10 @@ struct Fast<Q4_0> : Block18 {
 // s8 (no offset, so no x group sums) by nibbles_u8 on the tables iq4nl_s8_* (gen_tables.py: every
 // byte with bit 7 set, so a code of the other half selects 0xFF and the IADD3 gives the level itself):
 // per word a LOP3 (the codes with bit 3 flipped), 2 SHF, 4 PRMT and 2 IADD3, where the split before
-// (int8_tokens_split_u8: the levels + 128, then a LOP3 per 4 values to s8) took 2 LOP3 more; that one
-// stays selectable for the bench (FTW_GGUF_CUDA_IQ4_SPLIT=old, Int8TokensSplitU8 in launch_byte_stream).
+// (the levels + 128 by T = 1's tables iq4nl_i8_*, then a LOP3 per 4 values to s8) took 2 LOP3 more.
+// H200, T = 8 same experts, deepseek-v3, one run (docs/BENCHMARKS.md "NL8"): IQ4_NL 118.5 -> 110.5 us,
+// IQ4_XS 112.7 -> 107.2 (the T8 kernels 64-68 instructions shorter, IQ4_NL's spills 6 / 8 STL -> 0 / 5);
+// commit 732bc3a has the split before behind FTW_GGUF_CUDA_IQ4_SPLIT=old.
 // Byte i of nibbles_u8's A word is nibble i of its 16 bits: the qs byte at
 // lane byte lb = 4 tig + j of the unit (the row read's placement) gives k 4 tig + 2 j + n (j = 0, 1;
 // n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3). The decode's post (2^62 in
@@ -1181,14 +1183,6 @@ struct Iq4Int8Tokens {
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
         nibbles_u8<tb::iq4nl_s8_lo_word0, tb::iq4nl_s8_lo_word1, tb::iq4nl_s8_hi_word0, tb::iq4nl_s8_hi_word1, true>(w, lo, hi);
-    }
-    // the split before (the same s8 words): the levels + 128 by T = 1's tables, then bit 7 of each
-    // byte flipped
-    static constexpr bool kInt8TokensSplitU8 = true;
-    __device__ static void int8_tokens_split_u8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
-                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
-        lo ^= 0x80808080u, hi ^= 0x80808080u;
     }
 };
 
@@ -3208,11 +3202,6 @@ struct StagedRows {
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) { F::int8_tokens_split(w, lo, hi); }
     static bool int8_tokens(const KernelParams& p, int phase) { return int8_tokens_for<T>(p, phase); }
-    // IQ4_NL's and IQ4_XS's split before (Int8TokensSplitU8, FTW_GGUF_CUDA_IQ4_SPLIT=old)
-    static constexpr bool kInt8TokensSplitU8 = Int8TokensSplitU8<F>::value;
-    __device__ static void int8_tokens_split_u8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-        if constexpr (kInt8TokensSplitU8) F::int8_tokens_split_u8(w, lo, hi);
-    }
 };
 // with TableLoads and shared-memory tables: the block's tables filled before its first decode
 // (experts_decode_staged's block_setup)
