@@ -837,6 +837,8 @@ struct Iq4Values<kValueV1> {
 // nibbles), a0 holds values 4 s, 16 + 4 s, 4 s + 1, 17 + 4 s and a2 4 s + 2, 18 + 4 s, 4 s + 3,
 // 19 + 4 s: the x order kInt8Interleaved names (the kernel's quantize_int8 stores x so).
 // Tables generated from the gguf package (gen_tables.py: *_i8_{lo,hi}_word*, *_i8_lo_negative).
+// With tables whose every byte has bit 7 set (iq4nl_s8_*: the other half's codes then select 0xFF)
+// the same lookups give the levels as s8 (Iq4Int8Tokens, the int8 units of several tokens).
 template <uint32_t L0, uint32_t L1, uint32_t H0, uint32_t H1, bool LoNegative>
 __device__ __forceinline__ void nibbles_u8(uint32_t w, uint32_t& a0, uint32_t& a2) {
     const uint32_t wx = w ^ 0x88888888u;
