@@ -837,6 +837,8 @@ struct Iq4Values<kValueV1> {
 // nibbles), a0 holds values 4 s, 16 + 4 s, 4 s + 1, 17 + 4 s and a2 4 s + 2, 18 + 4 s, 4 s + 3,
 // 19 + 4 s: the x order kInt8Interleaved names (the kernel's quantize_int8 stores x so).
 // Tables generated from the gguf package (gen_tables.py: *_i8_{lo,hi}_word*, *_i8_lo_negative).
+// With tables whose every byte has bit 7 set (iq4nl_s8_*: the other half's codes then select 0xFF)
+// the same lookups give the levels as s8 (Iq4Int8Tokens, the int8 units of several tokens).
 template <uint32_t L0, uint32_t L1, uint32_t H0, uint32_t H1, bool LoNegative>
 __device__ __forceinline__ void nibbles_u8(uint32_t w, uint32_t& a0, uint32_t& a2) {
     const uint32_t wx = w ^ 0x88888888u;
@@ -1160,9 +1162,15 @@ struct Fast<Q4_0> : Block18 {
     }
 };
 
-// IQ4_NL's and IQ4_XS's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the levels by
-// nibbles_u8 (128 + level) and one LOP3 per 4 values to s8 (no offset, so no x group sums): per word
-// 9 instructions (Q4_0: 3). Byte i of nibbles_u8's A word is nibble i of its 16 bits: the qs byte at
+// IQ4_NL's and IQ4_XS's int8 units at T = 2..8 (kOptInt8Tokens, FTW_GGUF_CUDA_INT8_T8): the levels as
+// s8 (no offset, so no x group sums) by nibbles_u8 on the tables iq4nl_s8_* (gen_tables.py: every
+// byte with bit 7 set, so a code of the other half selects 0xFF and the IADD3 gives the level itself):
+// per word a LOP3 (the codes with bit 3 flipped), 2 SHF, 4 PRMT and 2 IADD3, where the split before
+// (the levels + 128 by T = 1's tables iq4nl_i8_*, then a LOP3 per 4 values to s8) took 2 LOP3 more.
+// H200, T = 8 same experts, deepseek-v3, one run (docs/BENCHMARKS.md "NL8"): IQ4_NL 118.5 -> 110.5 us,
+// IQ4_XS 112.7 -> 107.2 (the T8 kernels 64-68 instructions shorter, IQ4_NL's spills 6 / 8 STL -> 0 / 5);
+// commit 732bc3a has the split before behind FTW_GGUF_CUDA_IQ4_SPLIT=old.
+// Byte i of nibbles_u8's A word is nibble i of its 16 bits: the qs byte at
 // lane byte lb = 4 tig + j of the unit (the row read's placement) gives k 4 tig + 2 j + n (j = 0, 1;
 // n = 0 low nibble, 1 high) or 16 + 4 tig + 2 (j - 2) + n (j = 2, 3). The decode's post (2^62 in
 // kValueV1) on the chunk's x scale (kInt8TokensPost)
@@ -1176,9 +1184,7 @@ struct Iq4Int8Tokens {
         return (j >= 2 ? 16 : 0) + (lb & ~3) + 2 * (j & 1) + (v >> 4);
     }
     __device__ static void int8_tokens_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
-        nibbles_u8<tb::iq4nl_i8_lo_word0, tb::iq4nl_i8_lo_word1, tb::iq4nl_i8_hi_word0, tb::iq4nl_i8_hi_word1,
-                   tb::iq4nl_i8_lo_negative>(w, lo, hi);
-        lo ^= 0x80808080u, hi ^= 0x80808080u;
+        nibbles_u8<tb::iq4nl_s8_lo_word0, tb::iq4nl_s8_lo_word1, tb::iq4nl_s8_hi_word0, tb::iq4nl_s8_hi_word1, true>(w, lo, hi);
     }
 };
 

@@ -106,6 +106,19 @@ def header() -> str:
             for i, w in enumerate(np.abs(half).astype(np.uint8).view("<u4")):
                 out.append(f"inline constexpr uint32_t {tname}_i8_{part}_word{i} = 0x{int(w):08X}u;")
         out.append(f"inline constexpr bool {tname}_i8_lo_negative = {'true' if lo_negative else 'false'};")
+    # IQ4_NL's levels as s8 straight from nibbles_u8 (the int8 units of several tokens, decoders.cuh
+    # Iq4Int8Tokens): every byte of both halves with bit 7 set, 127 - level (lo, the negative half)
+    # and 127 + level (hi), so that a code of the other half selects 0xFF in prmt's sign mode and
+    # hi + 128 - lo per byte is the level itself mod 256 (lo: 255 + 128 - (127 - v) = 256 + v;
+    # hi: 127 + v + 128 - 255 = v), each byte's sum in 0..255 (no carry or borrow between bytes)
+    v = np.array(quants.IQ4_NL.kvalues, dtype=np.int16)
+    lo, hi = 127 - v[:8], 127 + v[8:]
+    assert (v[:8] < 0).all() and (v[8:] > 0).all(), "IQ4_NL: the lo half negative, the hi half positive"
+    assert lo.min() >= 128 and lo.max() <= 255 and hi.min() >= 128 and hi.max() <= 255
+    out.append("// 127 - iq4nl_values[q] for q < 8 (lo), 127 + iq4nl_values[q] for q >= 8 (hi), byte q % 4 of word (q % 8) / 4")
+    for part, half in (("lo", lo), ("hi", hi)):
+        for i, w in enumerate(half.astype(np.uint8).view("<u4")):
+            out.append(f"inline constexpr uint32_t iq4nl_s8_{part}_word{i} = 0x{int(w):08X}u;")
     out.append("")
     for cname, cls in GRIDS.items():
         g = grid_values(cls)
