@@ -21,7 +21,7 @@ CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
   || { tail -50 "$out/build.log"; exit 1; }
 elapsed build
 status=0
-python3 -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-16}" -m gpu tests/test_cuda_kernels.py \
+python3 -m pytest -q -p no:cacheprovider --durations=25 -n "${PYTEST_WORKERS:-16}" -m gpu tests/test_cuda_kernels.py \
   tests/test_cuda_kernels_gguf.py tests/test_cuda_register_shapes.py tests/test_cuda_staged.py tests/test_loader_gpu.py \
   tests/test_pools_gpu.py tests/test_cuda_early_weights.py tests/test_cuda_pdl0.py > "$out/gpu_suite.log" 2>&1 || status=1
 tail -15 "$out/gpu_suite.log"
