@@ -648,12 +648,19 @@ def int8_ways(opts, banks, H, I, E, K, rng, monkeypatch):  # noqa: E741
     ref = reference(opts, banks, H, I, x64, ids, wts)
     def rerun():
         return run(opts, banks, x, ids, wts)
+    outs, errs = switch_ways(monkeypatch, "FTW_GGUF_CUDA_INT8", rerun, lambda out: rel_err(out, ref))
+    return rerun, ref, outs, errs
+
+
+def switch_ways(monkeypatch, switch, rerun, err):
+    """rerun() with the int8 switch `switch` at each of "0", "1", "gate_up", "down", in that order:
+    (outs, errs), each way's output and err(output)."""
     outs, errs = {}, {}
     for v in ("0", "1", "gate_up", "down"):
-        monkeypatch.setenv("FTW_GGUF_CUDA_INT8", v)
+        monkeypatch.setenv(switch, v)
         outs[v] = rerun()
-        errs[v] = rel_err(outs[v], ref)
-    return rerun, ref, outs, errs
+        errs[v] = err(outs[v])
+    return outs, errs
 
 
 def assert_default(monkeypatch, switch, default, outs, rerun, what):
@@ -800,12 +807,11 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
         ids[: (T + 1) // 2] = ids[0]
     ref = reference(opts, banks, H, I, x64, ids, wts)
     monkeypatch.setenv("FTW_GGUF_CUDA_INT8", "0")  # (T > 1: no effect; pinned so only the switch below varies)
-    outs, errs = {}, {}
-    for v in ("0", "1", "gate_up", "down"):
-        monkeypatch.setenv("FTW_GGUF_CUDA_INT8_T8", v)
-        outs[v] = run(opts, banks, x, ids, wts)
-        # each token's error against its own norm (a token far smaller than another keeps its precision)
-        errs[v] = max(rel_err(outs[v][t], ref[t]) for t in range(T)) if token_scales is not None else rel_err(outs[v], ref)
+    def rerun():
+        return run(opts, banks, x, ids, wts)
+    def err(out):  # with token scales, each token's error against its own norm (a small token keeps its precision)
+        return max(rel_err(out[t], ref[t]) for t in range(T)) if token_scales is not None else rel_err(out, ref)
+    outs, errs = switch_ways(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", rerun, err)
     print(f"gguf cuda accuracy {name} {size} T={T} {route} int8 tokens: both {errs['1']:.2e}, gate_up only "
           f"{errs['gate_up']:.2e}, down only {errs['down']:.2e}, bf16 {errs['0']:.2e}")
     for v in ("1", "gate_up", "down"):
@@ -814,8 +820,8 @@ def int8_tokens_case(name, size, T, route, seed, monkeypatch, token_scales=None)
         if size != "partial":
             assert not torch.equal(outs["0"], outs[v]), f"{name} {size} T={T} {route}: the int8 tokens path ({v}) did not run"
     if size != "partial":
-        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", {"0": "1", "1000000000": "0"}, outs,
-                       lambda: run(opts, banks, x, ids, wts), f"{name} {size} T={T} {route}")
+        assert_default(monkeypatch, "FTW_GGUF_CUDA_INT8_T8", {"0": "1", "1000000000": "0"}, outs, rerun,
+                       f"{name} {size} T={T} {route}")
 
 
 @pytest.mark.parametrize("route", ["same", "random", "mixed"])
