@@ -154,6 +154,10 @@ VARIANTS.update({f"int8-t8-{v}": {"FTW_GGUF_CUDA_INT8_T8": v} for v in ("0", "1"
 VARIANTS["int8-copies-1"] = {"FTW_GGUF_CUDA_INT8": "1", "FTW_GGUF_CUDA_GRID_COPIES": "1"}
 # decode cases: (T, every token routed to the same experts)
 CASES = {"1": (1, True), "8same": (8, True), "8indep": (8, False)}
+CASES.update({f"{t}{r}": (t, r == "same") for t in (2, 3, 4) for r in ("same", "indep")})
+# gguf at T = 2..8: the item count by the experts of tokens that all pick the same ones (the rule
+# before "Routed experts in the item count"), instead of what independent tokens give on average
+VARIANTS["routing-same"] = {"FTW_GGUF_CUDA_ROUTING": "same"}
 # launch shapes: warps per block splitting a row, register-fed (ks*) or staged (sks*) decode
 VARIANTS.update({f"ks{n}": {"FTW_CUDA_DECODE": "classic", "FTW_CUDA_KSPLIT": str(n)} for n in (1, 2, 4, 8)})
 VARIANTS.update({f"sks{n}": {"FTW_CUDA_DECODE": "staged", "FTW_CUDA_STAGED_KSPLIT": str(n)} for n in (1, 2, 4)})
