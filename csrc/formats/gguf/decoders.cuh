@@ -3513,16 +3513,18 @@ bool int_sums(const KernelParams& p) {
 // staged_rows32). So at least FTW_GGUF_CUDA_STAGED_ITEMS (12) such items per SM; =0: always.
 FTW_OPTIONAL_MEMBER(StagedManyItems, kStagedManyItems, bool, false);
 // The experts a decode step's T tokens route to, for the item count. The launch cannot see the
-// routing (it is on the device, and the step may be captured in a graph), so at T = 2..8 it takes
+// routing (it is on the device, and the step may be captured in a graph), so at T = 4..8 it takes
 // what independent tokens give on average, E (1 - (1 - K / E)^T) (about 52 of 128 at K = 8, T = 8),
 // not the K of tokens that all pick the same experts: serving batches are independent tokens. As
-// measured on the H200 (docs/BENCHMARKS.md "Routed experts in the item count"; qwen3-30b-a3b, T = 8,
-// the only size where the two counts decide differently): independent routings 1.31-1.54x faster
-// for Q4_0, IQ4_NL, IQ4_XS and MXFP4, the same 8 experts 8-20% slower. FTW_GGUF_CUDA_ROUTING=same
-// takes K at every T (the rule before); T = 1 and prefill (T > 8) always do.
+// measured on the H200 (docs/BENCHMARKS.md "Routed experts in the item count"; qwen3-30b-a3b, the
+// size where the two counts decide differently; Q4_0, IQ4_NL, IQ4_XS, MXFP4, us against K's rule):
+// independent routings at T = 8 1.32-1.54x faster, at T = 4 1.17-1.30x; the same experts 8-16%
+// slower at T = 8, 13-18% at T = 4. T = 2 and 3 keep K: independent routings there gained -1% to
+// 12% against the same experts' 12-18% loss. FTW_GGUF_CUDA_ROUTING=same takes K at every T (the rule
+// before); T = 1 and prefill (T > 8) always do.
 inline double routed_experts(const KernelParams& p) {
     const int E = p.num_experts, K = std::min(p.K, E);
-    if (p.T < 2 || p.T > 8 || env_is("FTW_GGUF_CUDA_ROUTING", "same")) return K;
+    if (p.T < 4 || p.T > 8 || env_is("FTW_GGUF_CUDA_ROUTING", "same")) return K;
     return E * (1.0 - std::pow(1.0 - double(K) / E, p.T));
 }
 inline bool staged_for_items(const KernelParams& p, int phase) {
