@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
+import numpy as np
 import pytest
 
 from ftw import _runtime as rt
@@ -224,3 +225,28 @@ def test_decode_split_is_a_power_of_two_within_the_block_and_forced_by_environme
     assert rt.cuda_decode_ksplit(7168, 16, 2048, 132) == 2
     monkeypatch.setenv("FTW_CUDA_KSPLIT", "3")  # not a power of two: the rule's choice
     assert rt.cuda_decode_ksplit(7168, 16, 2048, 132) == 2
+
+
+# gguf's many-items rule (staged_for_items: at least 12 16-row items per SM) counts the items of the
+# experts a decode step routes to, which the launch cannot see: K at T = 1..3 and in prefill, and at
+# T = 4..8 what independent tokens route to on average (docs/BENCHMARKS.md "Routed experts in the
+# item count": qwen3-30b-a3b T = 8 independent 1.32-1.54x for Q4_0, IQ4_NL, IQ4_XS, MXFP4).
+def test_gguf_items_count_the_experts_independent_tokens_route_to(monkeypatch):
+    monkeypatch.delenv("FTW_GGUF_CUDA_ROUTING", raising=False)
+    rng = np.random.default_rng()
+    for E, K in ((128, 8), (256, 8), (64, 4), (32, 6)):
+        for T in (1, 2, 3, 9, 40, 2048):
+            assert rt.cuda_routed_experts(T, K, E) == K, (E, K, T)
+        for T in range(4, 9):
+            # the expected count of distinct experts, drawn here: each token K of E without repeats
+            drawn = np.mean([len(np.unique(np.argsort(rng.random((T, E)), axis=1)[:, :K])) for _ in range(4000)])
+            got = rt.cuda_routed_experts(T, K, E)
+            assert K < got < min(E, T * K), (E, K, T, got)
+            assert abs(got - drawn) < 0.02 * drawn, (E, K, T, got, drawn)
+    # qwen3-30b-a3b at T = 8: gate_up's 96 bands x the routed experts are over 12 per SM of 132 (the
+    # staged kernel), where K's 8 experts gave 5.8 (register-fed)
+    assert 96 * rt.cuda_routed_experts(8, 8, 128) / 132 > 12 > 96 * 8 / 132
+    assert rt.cuda_routed_experts(8, 16, 8) == 8  # K over E: every expert
+    monkeypatch.setenv("FTW_GGUF_CUDA_ROUTING", "same")
+    for T in (4, 8):
+        assert rt.cuda_routed_experts(T, 8, 128) == 8

@@ -71,6 +71,18 @@ FTW_BINDINGS(cuda_experts) {
         "room for the int8 x and activations of gguf's int8 units).");
 
     m.def(
+        "cuda_routed_experts",
+        [](int T, int K, int num_experts) -> double {
+#ifdef FTW_WITH_CUDA
+            return ftw::cuda::ggml_routed_experts(T, K, num_experts);
+#else
+            no_cuda();
+#endif
+        },
+        "T"_a, "K"_a, "num_experts"_a,
+        "The experts a gguf decode step counts as routed to, for its many-items rule (host only).");
+
+    m.def(
         "cuda_decode_ksplit",
         [](int in, int vec, int blocks, int sms) -> int {
 #ifdef FTW_WITH_CUDA

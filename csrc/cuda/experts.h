@@ -73,6 +73,10 @@ std::vector<std::string> ggml_cuda_types();
 // Those of them whose kernels are their own (registered by the build's slices), table order; the
 // others run the table-driven decoder.
 std::vector<std::string> ggml_cuda_own_decoders();
+// The experts a gguf decode step of T tokens with top_k K counts as routed to, for its launch rules
+// (routed_experts in csrc/formats/gguf/decoders.cuh: K at T = 1..3 and in prefill, the average of
+// independent tokens at T = 4..8; host only, so the twin tests it).
+double ggml_routed_experts(int T, int K, int num_experts);
 
 // A read-only streaming kernel over `bytes` bytes at `ptr` (the bench's bandwidth ceiling);
 // XORs what it read into `sink` (1024 uint32 words) so nothing is optimised away.

@@ -118,6 +118,12 @@ std::vector<std::string> ggml_cuda_own_decoders() {
     return names;
 }
 
+double ggml_routed_experts(int T, int K, int num_experts) {
+    KernelParams p{};
+    p.T = T, p.K = K, p.num_experts = num_experts;
+    return routed_experts(p);
+}
+
 void register_gguf_launch(int type_id, GgufPhaseLaunch launch) {
     Launchers& l = launchers();
     if (l.count < Launchers::kMax) l.type_id[l.count] = type_id, l.launch[l.count++] = launch;
