@@ -74,8 +74,8 @@ std::vector<std::string> ggml_cuda_types();
 // others run the table-driven decoder.
 std::vector<std::string> ggml_cuda_own_decoders();
 // The experts a gguf decode step of T tokens with top_k K counts as routed to, for its launch rules
-// (routed_experts in csrc/formats/gguf/decoders.cuh: K at T = 1..3 and in prefill, the average of
-// independent tokens at T = 4..8; host only, so the twin tests it).
+// (host only, so the twin tests it; the rule and its measurements: routed_experts in
+// csrc/formats/gguf/decoders.cuh).
 double ggml_routed_experts(int T, int K, int num_experts);
 
 // A read-only streaming kernel over `bytes` bytes at `ptr` (the bench's bandwidth ceiling);
